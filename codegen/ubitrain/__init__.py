@@ -1,0 +1,15 @@
+"""ubitrain: an on-device training compiler.
+
+    pkg = ubitrain.compile(model, (x,), y, loss="cross_entropy", optimizer=ubitrain.SGD(0.05))
+    trainer = pkg.build()
+    loss = trainer.step(x, y)
+"""
+
+from .api import Package, compile
+from .errors import (BuildError, CompileError, InputError, RuntimeStatusError, UbitrainError,
+                     UnsupportedOpError)
+from .optim import SGD, Adam, AdamW
+
+__all__ = ["compile", "Package", "SGD", "Adam", "AdamW", "CompileError", "UnsupportedOpError",
+           "InputError", "BuildError", "RuntimeStatusError", "UbitrainError"]
+__version__ = "0.1.0"

@@ -1,0 +1,120 @@
+"""`ub.compile`: a model, a loss, an optimizer and a target in; a C training project out."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import CompileError
+from .kernels.library import KernelLibrary
+from .memory.plan import MemoryPlan, plan_memory
+from .optim import OPTIMIZERS, SGD
+from .program.build import build_programs
+from .program.ir import Program, Slot
+from .project.emit import render_project
+from .runtime.build import cmake_build
+from .runtime.host_trainer import HostTrainer
+from .targets import get_target
+from .training.graph import build_training_module
+from .training.losses import LOSSES
+
+PRECISIONS = ("fp32",)
+
+
+@dataclass
+class Package:
+    """A compiled model: the C project in `out_dir` and what is known about it."""
+
+    out_dir: Path
+    model_name: str
+    target: str
+    memory_plan: MemoryPlan
+    inputs: list[Slot]
+    labels: Slot
+    output: Slot
+    classes: int | None
+    trainable: list[str]
+    programs: dict[str, Program] = field(repr=False, default_factory=dict)
+    kernel_count: int = 0
+    compile_seconds: float = 0.0
+
+    def build(self, seed: int = 0) -> HostTrainer:
+        """Build the C project with CMake and load it (host target)."""
+        if not get_target(self.target).runs_on_host:
+            raise CompileError(f"target {self.target!r} does not run on this machine")
+        build_dir = cmake_build(self.out_dir, self.out_dir / "build")
+        library = next(build_dir.glob(f"libub_{self.model_name}.so"), None)
+        if library is None:
+            raise CompileError(f"the build produced no libub_{self.model_name}.so in {build_dir}")
+        return HostTrainer(library, self, seed=seed)
+
+
+def _as_tensor(x, what: str) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x.detach()
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(x)
+    raise CompileError(f"{what} must be a torch.Tensor or numpy array, got {type(x).__name__}")
+
+
+def _model_name(model, out_dir: Path) -> str:
+    base = re.sub(r"[^0-9a-zA-Z]+", "_", out_dir.name or type(model).__name__).strip("_")
+    base = base.lower() or "model"
+    return base if not base[0].isdigit() else "m_" + base
+
+
+def _check_out_dir(out_dir: Path):
+    probe = out_dir
+    while not probe.exists():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise CompileError(f"out_dir={str(out_dir)!r} is not writable (no write permission on "
+                           f"{str(probe)!r}); pass a directory you can write to")
+
+
+def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimizer=None,
+            trainable=None, target: str = "host", precision: str = "fp32",
+            memory_budget=None, out_dir="build/model") -> Package:
+    start = time.perf_counter()
+    tgt = get_target(target)
+    if loss not in LOSSES:
+        raise CompileError(f"unknown loss {loss!r}; supported: {', '.join(LOSSES)}")
+    if precision not in PRECISIONS:
+        raise CompileError(f"precision {precision!r} is not available for target {target!r}; "
+                           f"available: {', '.join(PRECISIONS)}")
+    optimizer = optimizer if optimizer is not None else SGD()
+    if not isinstance(optimizer, OPTIMIZERS):
+        raise CompileError(f"optimizer must be ub.SGD, ub.Adam or ub.AdamW, got "
+                           f"{type(optimizer).__name__}")
+    if not isinstance(model, torch.nn.Module):
+        raise CompileError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    example_inputs = tuple(_as_tensor(x, "example input") for x in example_inputs)
+    labels = _as_tensor(labels, "labels")
+    out_dir = Path(out_dir)
+    _check_out_dir(out_dir)
+
+    tm = build_training_module(model, example_inputs, labels, loss, trainable)
+    library = KernelLibrary(tgt.isa)
+    train, predict, state, opt_state, inputs, label_slot, output = build_programs(
+        tm, optimizer, library)
+    plan = plan_memory([train, predict], alignment=tgt.alignment)
+    if memory_budget is not None:
+        from .memory.budget import check_budget
+        check_budget(plan, memory_budget)
+    classes = output.shape[-1] if loss == "cross_entropy" else None
+    name = _model_name(model, out_dir)
+    render_project(out_dir, name, train, predict, plan, library.sources(), state, opt_state,
+                   tm.trainable, inputs, label_slot, output, classes)
+    return Package(out_dir=out_dir, model_name=name, target=target, memory_plan=plan,
+                   inputs=inputs, labels=label_slot, output=output, classes=classes,
+                   trainable=tm.trainable, programs={"train_step": train, "predict": predict},
+                   kernel_count=len(library.kernels),
+                   compile_seconds=time.perf_counter() - start)

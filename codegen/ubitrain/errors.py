@@ -1,0 +1,25 @@
+"""The errors ubitrain raises. Every message names what is at fault and what would work."""
+
+
+class UbitrainError(Exception):
+    """Base of every error ubitrain raises on purpose."""
+
+
+class CompileError(UbitrainError):
+    """A model, option or budget that cannot be compiled."""
+
+
+class UnsupportedOpError(CompileError):
+    """An operator of the model has no ubitrain lowering."""
+
+
+class InputError(UbitrainError, ValueError):
+    """A batch, label array or parameter handed to a trainer does not fit the compiled step."""
+
+
+class BuildError(UbitrainError):
+    """The generated C project did not build."""
+
+
+class RuntimeStatusError(UbitrainError):
+    """The generated C returned an error status."""

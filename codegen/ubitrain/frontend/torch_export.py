@@ -1,0 +1,194 @@
+"""torch.nn.Module → TVM Relax, through torch.export.
+
+TVM's own importer freezes BatchNorm's running statistics and drops Dropout, which is wrong
+for training, so ubitrain walks the exported FX graph itself. The export is functionalised
+(`run_decompositions({})`): every op is out of place, and the graph signature says which
+outputs are the new values of mutated buffers (BatchNorm's running stats).
+
+The result is a `ForwardGraph`: a Relax function whose parameters are the model inputs, then
+every parameter and buffer, then one mask per Dropout, and whose outputs are the model output
+followed by the new value of every mutated buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tvm import relax
+
+from ..errors import CompileError, UnsupportedOpError
+from .aten_ops import ATEN_CONVERTERS, ConvertContext, supported_op_names
+
+
+@dataclass
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass
+class StateTensor:
+    """A parameter or buffer of the module, keyed by its state_dict name."""
+
+    name: str
+    value: np.ndarray
+    is_parameter: bool
+
+
+@dataclass
+class ForwardGraph:
+    """A model's forward pass as Relax, with everything the training graph needs to know."""
+
+    inputs: list[relax.Var]
+    input_specs: list[TensorSpec]
+    state: list[StateTensor]
+    state_vars: dict[str, relax.Var]
+    output: relax.Expr
+    buffer_updates: dict[str, relax.Expr] = field(default_factory=dict)
+    dropout_masks: list[tuple[relax.Var, float]] = field(default_factory=list)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def export_module(model: torch.nn.Module, example_inputs: tuple, training: bool):
+    was_training = model.training
+    model.train(training)
+    try:
+        exported = torch.export.export(model, tuple(example_inputs), strict=False)
+        exported = exported.run_decompositions({})
+    except Exception as err:  # torch's own message says which construct it could not trace
+        raise CompileError(
+            f"torch.export could not trace {type(model).__name__}: {err}. ubitrain needs a "
+            "module with static shapes and no data-dependent Python control flow."
+        ) from None
+    finally:
+        model.train(was_training)
+    return exported
+
+
+def _module_path(node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return "<top>"
+    path = list(stack.values())[-1][0]
+    return path or "<top>"
+
+
+def check_supported(exported) -> None:
+    """Fail before any lowering, naming every unsupported op and where it is in the module."""
+    problems = []
+    for node in exported.graph.nodes:
+        if node.op == "call_function" and node.target not in ATEN_CONVERTERS:
+            problems.append(f"{_module_path(node)}: {_op_label(node.target)} is not supported")
+    if problems:
+        raise UnsupportedOpError(
+            "; ".join(problems) + f". Supported ops: {', '.join(supported_op_names())}."
+        )
+
+
+def _op_label(target) -> str:
+    name = getattr(target, "__name__", str(target))
+    overload = getattr(target, "_overloadpacket", None)
+    if overload is not None:
+        name = "aten." + str(overload).split(".")[-1]
+    return name
+
+
+def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool,
+                   extend=None) -> tuple[relax.Function, ForwardGraph]:
+    """Convert `model` into a Relax function.
+
+    `extend(bb, graph)` runs inside the function's dataflow block after the forward pass and
+    returns `(extra_params, outputs)`: the training graph appends its loss there. Without it
+    the function returns the model output. Parameters are ordered: model inputs, extra
+    params, state (parameters and buffers), Dropout masks.
+    """
+    exported = export_module(model, example_inputs, training)
+    check_supported(exported)
+    signature = exported.graph_signature
+    state_dict = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    param_names = set(dict(model.named_parameters()))
+
+    bb = relax.BlockBuilder()
+    env: dict = {}
+    inputs, input_specs, state, state_vars = [], [], [], {}
+    placeholders = [n for n in exported.graph.nodes if n.op == "placeholder"]
+    user_inputs = iter(example_inputs)
+    for spec, node in zip(signature.input_specs, placeholders):
+        target = spec.target
+        if target is not None and target in state_dict:
+            tensor = state_dict[target].detach()
+            var = relax.Var(_c_name(target), relax.TensorType(tuple(tensor.shape),
+                                                            _dtype_name(tensor.dtype)))
+            state.append(StateTensor(target, tensor.cpu().numpy().copy(), target in param_names))
+            state_vars[target] = var
+        else:
+            example = next(user_inputs)
+            if not isinstance(example, torch.Tensor):
+                raise CompileError(f"model input {node.name} must be a tensor, got {type(example)}")
+            var = relax.Var(node.name, relax.TensorType(tuple(example.shape),
+                                                      _dtype_name(example.dtype)))
+            inputs.append(var)
+            input_specs.append(TensorSpec(node.name, tuple(example.shape),
+                                          _dtype_name(example.dtype)))
+        env[node] = var
+
+    mutation_targets = {o.arg.name: o.target for o in signature.output_specs
+                        if o.kind.name == "BUFFER_MUTATION"}
+    ctx = ConvertContext(bb=bb, training=training)
+    with bb.function("main"):
+        with bb.dataflow():
+            outputs = []
+            for node in exported.graph.nodes:
+                if node.op == "call_function":
+                    ctx.where = _module_path(node)
+                    env[node] = _convert(ctx, node, env)
+                elif node.op == "output":
+                    outputs = list(node.args[0])
+            user_outputs = [o for o in outputs if o.name not in mutation_targets]
+            if len(user_outputs) != 1:
+                raise CompileError(
+                    f"the model returns {len(user_outputs)} tensors; ubitrain trains a model "
+                    "with exactly one output tensor (the logits or prediction)"
+                )
+            graph = ForwardGraph(
+                inputs=inputs, input_specs=input_specs, state=state, state_vars=state_vars,
+                output=env[user_outputs[0]],
+                buffer_updates={mutation_targets[o.name]: env[o] for o in outputs
+                                if o.name in mutation_targets},
+                dropout_masks=ctx.dropout_masks,
+            )
+            extra_params, results = extend(bb, graph) if extend else ([], [graph.output])
+            results = [bb.emit_output(r) for r in results]
+        params = inputs + extra_params + [state_vars[s.name] for s in state]
+        params += [mask for mask, _ in ctx.dropout_masks]
+        bb.emit_func_output(relax.Tuple(results) if len(results) > 1 else results[0],
+                            params=params)
+    return bb.get(), graph
+
+
+def _convert(ctx: ConvertContext, node, env):
+    def resolve(a):
+        if isinstance(a, torch.fx.Node):
+            return env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(resolve(x) for x in a)
+        return a
+
+    args = resolve(node.args)
+    kwargs = {k: resolve(v) for k, v in node.kwargs.items()}
+    try:
+        return ATEN_CONVERTERS[node.target](ctx, node, *args, **kwargs)
+    except CompileError:
+        raise
+    except Exception as err:
+        raise CompileError(f"{ctx.where}: converting {_op_label(node.target)} failed: {err}") from err
+
+
+def _c_name(name: str) -> str:
+    return "p_" + "".join(c if c.isalnum() else "_" for c in name)

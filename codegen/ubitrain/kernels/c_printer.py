@@ -1,0 +1,316 @@
+"""Print a lowered TIR PrimFunc as one plain C99 function.
+
+TVM's own C backend wraps kernels in its packed-function ABI and prints vector types that
+are not C, so ubitrain prints TIR itself. The input is a PrimFunc after `lower_prim_func`
+(flat 1-D buffers, no blocks). The output is a `static` function that takes `restrict`
+pointers in the PrimFunc's parameter order, with a scratch pointer first for the buffers
+the kernel allocates internally, and returns UB_OK.
+
+Expressions and intrinsics are spelled through tables, so that a target can override a
+spelling (for example `expf`) without adding branches here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from tvm import ir, tirx
+from tvm.ir import prim
+
+from ..errors import CompileError
+
+C_TYPES = {
+    "float32": "float",
+    "float64": "double",
+    "int8": "int8_t",
+    "int16": "int16_t",
+    "int32": "int32_t",
+    "int64": "int64_t",
+    "uint8": "uint8_t",
+    "uint16": "uint16_t",
+    "uint32": "uint32_t",
+    "bool": "uint8_t",
+}
+
+BINARY_OPS = {
+    prim.Add: "+", prim.Sub: "-", prim.Mul: "*", prim.Div: "/", prim.Mod: "%",
+    prim.EQ: "==", prim.NE: "!=", prim.LT: "<", prim.LE: "<=", prim.GT: ">", prim.GE: ">=",
+    prim.And: "&&", prim.Or: "||", prim.BitwiseAnd: "&", prim.BitwiseOr: "|",
+    prim.BitwiseXor: "^", prim.LShift: "<<", prim.RShift: ">>",
+}
+
+# Intrinsics by op name (without its "tirx." / "prim." namespace):
+# name -> (spelling for float32, spelling for float64).
+FLOAT_INTRINSICS = {
+    "exp": ("expf", "exp"), "log": ("logf", "log"), "sqrt": ("sqrtf", "sqrt"),
+    "tanh": ("tanhf", "tanh"), "erf": ("erff", "erf"), "pow": ("powf", "pow"),
+    "fabs": ("fabsf", "fabs"), "floor": ("floorf", "floor"), "ceil": ("ceilf", "ceil"),
+    "trunc": ("truncf", "trunc"), "nearbyint": ("nearbyintf", "nearbyint"),
+    "round": ("nearbyintf", "nearbyint"), "sin": ("sinf", "sin"), "cos": ("cosf", "cos"),
+    "exp2": ("exp2f", "exp2"), "log2": ("log2f", "log2"), "log1p": ("log1pf", "log1p"),
+    "fmod": ("fmodf", "fmod"), "isnan": ("isnan", "isnan"), "isinf": ("isinf", "isinf"),
+    "isfinite": ("isfinite", "isfinite"),
+}
+
+
+def dtype_of(e) -> str:
+    """The scalar dtype of a TIR expression or variable ("float32", "int32", ...)."""
+    return str(e.ty)
+
+
+def c_type(dtype: str) -> str:
+    try:
+        return C_TYPES[str(dtype)]
+    except KeyError:
+        raise CompileError(f"dtype {dtype} has no C spelling; supported: {sorted(C_TYPES)}")
+
+
+def c_float_literal(value: float, dtype: str) -> str:
+    suffix = "f" if dtype == "float32" else ""
+    if math.isnan(value):
+        return "NAN"
+    if math.isinf(value):
+        return ("-" if value < 0 else "") + "INFINITY"
+    if dtype == "float32":
+        value = float(np.float32(value))
+    return f"{value!r}{suffix}" if "e" in repr(value) or "." in repr(value) else f"{value!r}.0{suffix}"
+
+
+@dataclass
+class CKernel:
+    """A printed kernel: its C source and what the step program needs to call it."""
+
+    name: str
+    source: str
+    params: list[tuple[str, str, int]]  # (name, dtype, elements) in call order
+    written: set[int]  # indices of params the kernel stores to
+    scratch_bytes: int
+    flops: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class _Printer:
+    def __init__(self, func: tirx.PrimFunc, name: str):
+        self.func = func
+        self.name = name
+        self.lines: list[str] = []
+        self.indent = 1
+        self.buffer_names: dict = {}  # buffer data Var -> C name
+        self.var_names: dict = {}
+        self.used_names: set[str] = set()
+        self.scratch: list[tuple[str, str, int]] = []  # (name, dtype, elements)
+        self.written_vars: set[str] = set()  # C names of buffers stored to
+
+    # ---- names -------------------------------------------------------------------------
+    def fresh(self, hint: str) -> str:
+        base = "".join(c if c.isalnum() else "_" for c in hint) or "v"
+        if base[0].isdigit():
+            base = "v" + base
+        name, i = base, 1
+        while name in self.used_names:
+            name, i = f"{base}_{i}", i + 1
+        self.used_names.add(name)
+        return name
+
+    def var(self, v) -> str:
+        if v not in self.var_names:
+            self.var_names[v] = self.fresh(v.name)
+        return self.var_names[v]
+
+    def buf(self, buffer) -> str:
+        return self.buffer_names[buffer]
+
+    # ---- expressions -------------------------------------------------------------------
+    def expr(self, e) -> str:
+        t = type(e)
+        if t is prim.IntImm:
+            dtype = dtype_of(e)
+            if dtype == "bool":
+                return "1" if e.value else "0"
+            v = int(e.value)
+            if dtype == "int64":
+                return f"INT64_C({v})"
+            return str(v) if v >= -(2**31) + 1 else f"({v + 1} - 1)"
+        if t is prim.FloatImm:
+            return c_float_literal(float(e.value), dtype_of(e))
+        if t is ir.Var:
+            return self.var(e)
+        if t is ir.TensorLoad:
+            return f"{self.buf(e.source)}[{self.index(e.indices)}]"
+        if t in BINARY_OPS:
+            return f"({self.expr(e.a)} {BINARY_OPS[t]} {self.expr(e.b)})"
+        if t is prim.FloorDiv:
+            return self.floor_op("floordiv", e)
+        if t is prim.FloorMod:
+            return self.floor_op("floormod", e)
+        if t in (prim.Min, prim.Max):
+            macro = "UB_MIN" if t is prim.Min else "UB_MAX"
+            return f"{macro}({self.expr(e.a)}, {self.expr(e.b)})"
+        if t is prim.Not:
+            return f"(!{self.expr(e.a)})"
+        if t is prim.BitwiseNot:
+            return f"(~{self.expr(e.a)})"
+        if t is prim.Cast:
+            return f"(({c_type(dtype_of(e))}){self.expr(e.value)})"
+        if t is prim.Select:
+            return (f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : "
+                    f"{self.expr(e.false_value)})")
+        if t is prim.Let:
+            raise CompileError(f"kernel {self.name}: TIR Let expressions are not printed")
+        if t is ir.Call:
+            return self.call(e)
+        raise CompileError(f"kernel {self.name}: the C printer has no rule for TIR {t.__name__}")
+
+    def floor_op(self, kind: str, e) -> str:
+        dtype = dtype_of(e)
+        if dtype.startswith("float"):
+            a, b = self.expr(e.a), self.expr(e.b)
+            fn = "floorf" if dtype == "float32" else "floor"
+            if kind == "floordiv":
+                return f"{fn}({a} / {b})"
+            return f"({a} - {fn}({a} / {b}) * {b})"
+        # Integer floor division: non-negative operands (every index here) need no fix-up,
+        # the helper handles the rest.
+        bits = "64" if dtype == "int64" else "32"
+        return f"ub_{kind}_i{bits}({self.expr(e.a)}, {self.expr(e.b)})"
+
+    def call(self, e) -> str:
+        full = e.op.name
+        op = full.rsplit(".", 1)[-1]
+        args = e.args
+        f64 = dtype_of(e) == "float64"
+        one = "1.0" if f64 else "1.0f"
+        if op == "if_then_else":
+            return f"({self.expr(args[0])} ? {self.expr(args[1])} : {self.expr(args[2])})"
+        if op == "likely":
+            return self.expr(args[0])
+        if op == "sigmoid":
+            return f"({one} / ({one} + {'exp' if f64 else 'expf'}(-{self.expr(args[0])})))"
+        if op == "rsqrt":
+            return f"({one} / {'sqrt' if f64 else 'sqrtf'}({self.expr(args[0])}))"
+        if op in FLOAT_INTRINSICS:
+            f32_name, f64_name = FLOAT_INTRINSICS[op]
+            fn = f64_name if dtype_of(args[0]) == "float64" else f32_name
+            return f"{fn}({', '.join(self.expr(a) for a in args)})"
+        if op == "bitwise_not":
+            return f"(~{self.expr(args[0])})"
+        if op == "shift_right":
+            return f"({self.expr(args[0])} >> {self.expr(args[1])})"
+        if op == "shift_left":
+            return f"({self.expr(args[0])} << {self.expr(args[1])})"
+        if op in ("call_pure_extern", "call_extern"):
+            return f"{args[0].value}({', '.join(self.expr(a) for a in args[1:])})"
+        raise CompileError(f"kernel {self.name}: the C printer has no rule for intrinsic {full}")
+
+    def index(self, indices) -> str:
+        if len(indices) != 1:
+            raise CompileError(f"kernel {self.name}: buffer access not flattened ({indices})")
+        return self.expr(indices[0])
+
+    # ---- statements --------------------------------------------------------------------
+    def emit(self, line: str):
+        self.lines.append("    " * self.indent + line)
+
+    def stmt(self, s):
+        t = type(s)
+        if t is tirx.SeqStmt:
+            for child in s.seq:
+                self.stmt(child)
+        elif t is tirx.For:
+            v = self.var(s.loop_var)
+            ctype = c_type(dtype_of(s.loop_var))
+            lo, ext = self.expr(s.min), self.expr(s.extent)
+            end = ext if lo == "0" else f"{lo} + {ext}"
+            self.emit(f"for ({ctype} {v} = {lo}; {v} < {end}; ++{v}) {{")
+            self.indent += 1
+            self.stmt(s.body)
+            self.indent -= 1
+            self.emit("}")
+        elif t is tirx.BufferStore:
+            self.written_vars.add(self.buf(s.buffer))
+            self.emit(f"{self.buf(s.buffer)}[{self.index(s.indices)}] = {self.expr(s.value)};")
+        elif t is tirx.IfThenElse:
+            self.emit(f"if ({self.expr(s.condition)}) {{")
+            self.indent += 1
+            self.stmt(s.then_case)
+            self.indent -= 1
+            if s.else_case is not None:
+                self.emit("} else {")
+                self.indent += 1
+                self.stmt(s.else_case)
+                self.indent -= 1
+            self.emit("}")
+        elif t is tirx.Bind:
+            v = self.var(s.var)
+            self.emit(f"const {c_type(dtype_of(s.var))} {v} = {self.expr(s.value)};")
+        elif t is tirx.AllocBuffer:
+            self.alloc(s.buffer)
+        elif t is tirx.DeclBuffer:
+            self.decl(s)
+        elif t is tirx.AttrStmt:
+            self.stmt(s.body)
+        elif t is tirx.Evaluate:
+            if not isinstance(s.value, prim.IntImm):
+                self.emit(f"(void){self.expr(s.value)};")
+        elif t is tirx.AssertStmt:
+            pass  # shapes are static; TVM's asserts guard dynamic shapes only
+        else:
+            raise CompileError(f"kernel {self.name}: the C printer has no rule for TIR {t.__name__}")
+        body = getattr(s, "body", None)
+        if t in (tirx.AllocBuffer, tirx.DeclBuffer) and body is not None:
+            self.stmt(body)
+
+    def alloc(self, buffer):
+        """An internal buffer becomes a slice of the kernel's scratch argument."""
+        elements = int(np.prod([int(x) for x in buffer.shape]))
+        name = self.fresh(buffer.name)
+        self.buffer_names[buffer] = name
+        offset = sum(_aligned_bytes(d, n) for _, d, n in self.scratch)
+        self.scratch.append((name, str(buffer.dtype), elements))
+        ctype = c_type(buffer.dtype)
+        self.emit(f"{ctype} *restrict {name} = ({ctype} *)(ub_scratch + {offset});")
+
+    def decl(self, decl):
+        """A view of an existing buffer (FlattenBuffer's 1-D alias) shares its pointer."""
+        root = decl.data.args[0] if isinstance(decl.data, ir.Call) else None
+        if root is None or root not in self.buffer_names:
+            raise CompileError(f"kernel {self.name}: declaration of unknown buffer {decl.buffer.name}")
+        self.buffer_names[decl.buffer] = self.buffer_names[root]
+
+
+def _aligned_bytes(dtype: str, elements: int) -> int:
+    nbytes = elements * np.dtype("uint8" if dtype == "bool" else dtype).itemsize
+    return (nbytes + 15) // 16 * 16
+
+
+def print_kernel(func: tirx.PrimFunc, name: str, restrict: bool = True) -> CKernel:
+    """Print `func` (already lowered) as a C function called `name`."""
+    p = _Printer(func, name)
+    params = []
+    for buffer in func.params:
+        if not isinstance(buffer.ty, tirx.BufferType):
+            raise CompileError(f"kernel {name}: scalar parameter {buffer.name} is not supported")
+        cname = p.fresh(buffer.name)
+        p.buffer_names[buffer] = cname
+        elements = int(np.prod([int(x) for x in buffer.shape]))
+        params.append((cname, str(buffer.dtype), elements, cname))
+    p.stmt(func.body)
+    written = {i for i, (_, _, _, cname) in enumerate(params) if cname in p.written_vars}
+    args = ["uint8_t *restrict ub_scratch"]
+    for i, (cname, dtype, _, _) in enumerate(params):
+        const = "" if i in written else "const "
+        qualifier = " *restrict " if restrict else " *"
+        args.append(f"{const}{c_type(dtype)}{qualifier}{cname}")
+    header = f"static int32_t {name}({', '.join(args)})"
+    unused = "    (void)ub_scratch;\n" if not p.scratch else ""
+    source = header + " {\n" + unused + "\n".join(p.lines) + "\n    return UB_OK;\n}\n"
+    scratch = sum(_aligned_bytes(d, n) for _, d, n in p.scratch)
+    return CKernel(
+        name=name,
+        source=source,
+        params=[(c, d, n) for c, d, n, _ in params],
+        written=written,
+        scratch_bytes=scratch,
+    )

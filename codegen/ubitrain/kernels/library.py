@@ -1,0 +1,54 @@
+"""The kernels of one compiled model: TIR PrimFuncs scheduled, lowered and printed once each.
+
+Kernel names follow CONVENTIONS.md: `ub_<dtype>_<op>__<isa>`, where the op part is the
+PrimFunc's name (made unique) and the ISA is `scalar` for the printed plain-C variant.
+"""
+
+from __future__ import annotations
+
+import tvm_ffi
+from tvm import tirx
+
+from ..errors import CompileError
+from ..lowering.tir_lower import lower_prim_func
+from .c_printer import CKernel, print_kernel
+from .schedules import schedule
+
+DTYPE_TOKENS = {"float32": "f32", "int8": "s8", "int32": "s32", "int64": "s64", "bool": "b8"}
+
+
+class KernelLibrary:
+    def __init__(self, isa: str = "scalar"):
+        self.isa = isa
+        self.kernels: dict[str, CKernel] = {}
+        self._by_hash: dict[int, list[tuple[tirx.PrimFunc, CKernel]]] = {}
+
+    def add(self, func: tirx.PrimFunc, op_name: str, in_place: bool = False) -> CKernel:
+        """Print `func` unless a structurally equal kernel is already in the library.
+
+        `in_place` kernels are called with an output aliasing an input, so their pointers
+        are printed without `restrict`."""
+        key = tvm_ffi.structural_hash(func)
+        for known, kernel in self._by_hash.get(key, []):
+            if tvm_ffi.structural_equal(known, func):
+                return kernel
+        out_dtype = str(func.params[-1].dtype) if func.params else "float32"
+        base = f"ub_{DTYPE_TOKENS.get(out_dtype, out_dtype)}_{_c_ident(op_name)}"
+        name, i = f"{base}__{self.isa}", 1
+        while name in self.kernels:
+            name, i = f"{base}{i}__{self.isa}", i + 1
+        try:
+            lowered = lower_prim_func(schedule(func))
+        except Exception as err:
+            raise CompileError(f"lowering kernel {op_name} failed: {err}") from err
+        kernel = print_kernel(lowered, name, restrict=not in_place)
+        self.kernels[name] = kernel
+        self._by_hash.setdefault(key, []).append((func, kernel))
+        return kernel
+
+    def sources(self) -> list[str]:
+        return [k.source for k in self.kernels.values()]
+
+
+def _c_ident(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name).strip("_").lower() or "kernel"

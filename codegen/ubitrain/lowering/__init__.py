@@ -1,0 +1,1 @@
+"""Relax → TIR: legalize graph ops into PrimFuncs, schedule and lower them to flat loops."""

@@ -1,0 +1,29 @@
+"""Lower a scheduled TensorIR PrimFunc to the flat form the C printer reads.
+
+The pass list is TVM's own default TIR pipeline cut down to what a single-threaded CPU
+kernel needs: blocks become plain loops, buffers become 1-D, indices become 32-bit
+(cheap on Cortex-M), and no vectorization (the C compiler or a micro-kernel does that).
+"""
+
+import tvm
+from tvm import s_tir, tirx
+
+LOWERING_PASSES = [
+    s_tir.transform.LowerInitBlock(),
+    s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+    s_tir.transform.ConvertBlocksToOpaque(),
+    s_tir.transform.CompactBufferAllocation(),
+    s_tir.transform.LowerMatchBuffer(),
+    s_tir.transform.StmtSimplify(),
+    s_tir.transform.LowerOpaqueBlock(),
+    tirx.transform.FlattenBuffer(),
+    tirx.transform.NarrowDataType(32),
+    tirx.transform.StmtSimplify(),
+    tirx.transform.RemoveNoOp(),
+]
+
+
+def lower_prim_func(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    mod = tvm.IRModule({"main": func})
+    mod = tvm.transform.Sequential(LOWERING_PASSES)(mod)
+    return mod["main"]

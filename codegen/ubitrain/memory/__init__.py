@@ -1,0 +1,1 @@
+"""Static memory: lifetimes → one arena with every offset fixed at compile time."""

@@ -1,0 +1,82 @@
+"""The arena of a compiled model: persistent state first, then the step's working memory.
+
+Parameters, buffers, optimizer state and coefficients live across steps, so they sit at
+fixed offsets at the start of the arena. `train_step` and `predict` never run at once, so
+each plans its transient buffers (activations, gradients, masks, kernel scratch) from the
+same base, and the arena is the larger of the two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..program.ir import PERSISTENT_KINDS, Program, Slot
+from .greedy_planner import GreedyPlanner, align_up
+
+
+@dataclass
+class PlannedBuffer:
+    name: str
+    kind: str
+    nbytes: int
+    offset: int
+    lifetime: tuple[int, int] | None  # call indices in its program; None when persistent
+    program: str | None
+
+
+@dataclass
+class MemoryPlan:
+    arena_bytes: int
+    lower_bound_bytes: int
+    persistent_bytes: int
+    alignment: int
+    buffers: list[PlannedBuffer] = field(default_factory=list)
+    offsets: dict = field(default_factory=dict)  # Slot (root) -> offset
+
+    def bytes_by_kind(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for b in self.buffers:
+            out[b.kind] = out.get(b.kind, 0) + b.nbytes
+        return out
+
+    def summary(self) -> str:
+        ratio = self.arena_bytes / max(self.lower_bound_bytes, 1)
+        return (f"arena {self.arena_bytes:,} B (lower bound {self.lower_bound_bytes:,} B, "
+                f"{ratio:.2f}x; persistent state {self.persistent_bytes:,} B)")
+
+
+def plan_memory(programs: list[Program], alignment: int = 16) -> MemoryPlan:
+    persistent: list[Slot] = []
+    seen = set()
+    for prog in programs:
+        for s in prog.slots():
+            r = s.root
+            if r.kind in PERSISTENT_KINDS and id(r) not in seen:
+                seen.add(id(r))
+                persistent.append(r)
+    offsets, buffers, base = {}, [], 0
+    for s in persistent:
+        offsets[s] = base
+        buffers.append(PlannedBuffer(s.name, s.kind, s.nbytes, base, None, None))
+        base += align_up(s.nbytes, alignment)
+    persistent_bytes = base
+
+    transient_peak, lower_bound = 0, 0
+    for prog in programs:
+        planner = GreedyPlanner(alignment)
+        spans = prog.lifetimes()
+        ids = {s: planner.add_buffer(s.nbytes, a, b) for s, (a, b) in spans.items()}
+        for s, i in ids.items():
+            offsets[s] = base + planner.offset(i)
+            buffers.append(PlannedBuffer(s.name, s.kind, s.nbytes, offsets[s], spans[s],
+                                         prog.name))
+        transient_peak = max(transient_peak, planner.arena_size())
+        lower_bound = max(lower_bound, planner.lower_bound())
+    return MemoryPlan(
+        arena_bytes=base + transient_peak,
+        lower_bound_bytes=persistent_bytes + lower_bound,
+        persistent_bytes=persistent_bytes,
+        alignment=alignment,
+        buffers=buffers,
+        offsets=offsets,
+    )

@@ -1,0 +1,128 @@
+"""Optimizers with PyTorch's exact update formulas.
+
+Each optimizer gives
+- the per-parameter state tensors it keeps (momentum buffer, Adam moments),
+- C code that computes a few per-step coefficients from the 1-based step counter in double
+  precision, as PyTorch does in Python (bias corrections, first-step momentum), and
+- a TE compute for the elementwise update, which reads a parameter, its gradient, its state
+  and the coefficients, and writes the new parameter and state. Every element reads only its
+  own index before writing it, so the step program runs it in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import te, tirx
+
+from .errors import CompileError
+
+
+def _check(name, value, low=0.0, high=None, strict_low=False):
+    bad = value < low or (strict_low and value == low) or (high is not None and value >= high)
+    if bad:
+        bound = f"> {low}" if strict_low else f">= {low}"
+        raise CompileError(f"optimizer parameter {name}={value} is out of range; it must be "
+                           f"{bound}" + (f" and < {high}" if high is not None else ""))
+
+
+@dataclass(frozen=True)
+class SGD:
+    """torch.optim.SGD: momentum, dampening, nesterov and (L2) weight decay."""
+
+    lr: float = 0.01
+    momentum: float = 0.0
+    dampening: float = 0.0
+    weight_decay: float = 0.0
+    nesterov: bool = False
+
+    def __post_init__(self):
+        _check("lr", self.lr)
+        _check("momentum", self.momentum)
+        _check("weight_decay", self.weight_decay)
+        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
+            raise CompileError("SGD(nesterov=True) needs momentum > 0 and dampening = 0, "
+                               "as in PyTorch")
+
+    state_names = property(lambda self: ("momentum_buffer",) if self.momentum else ())
+
+    def coefficient_code(self) -> list[str]:
+        # PyTorch initialises the momentum buffer to the first gradient (no dampening).
+        return [
+            f"(float){self.lr!r}",
+            f"step == 1 ? 0.0f : (float){self.momentum!r}",
+            f"step == 1 ? 1.0f : (float){1.0 - self.dampening!r}",
+        ]
+
+    def update(self, param, grad, states, coef):
+        wd, mom, nesterov = self.weight_decay, self.momentum, self.nesterov
+
+        def rule(*i):
+            p, g = param(*i), grad(*i)
+            if wd:
+                g = g + tirx.const(wd, "float32") * p
+            if not mom:
+                return [p + (-coef[0]) * g]
+            buf = coef[1] * states[0](*i) + coef[2] * g
+            step = g + tirx.const(mom, "float32") * buf if nesterov else buf
+            return [p + (-coef[0]) * step, buf]
+
+        return te.compute(param.shape, rule, name="sgd_update")
+
+
+@dataclass(frozen=True)
+class Adam:
+    """torch.optim.Adam (L2 weight decay added to the gradient), amsgrad=False."""
+
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    decoupled = False
+
+    def __post_init__(self):
+        _check("lr", self.lr)
+        _check("eps", self.eps)
+        _check("betas[0]", self.betas[0], high=1.0)
+        _check("betas[1]", self.betas[1], high=1.0)
+        _check("weight_decay", self.weight_decay)
+
+    state_names = ("exp_avg", "exp_avg_sq")
+
+    def coefficient_code(self) -> list[str]:
+        b1, b2 = self.betas
+        return [
+            f"(float)({self.lr!r} / (1.0 - pow({b1!r}, (double)step)))",  # step size
+            f"(float)sqrt(1.0 - pow({b2!r}, (double)step))",  # sqrt of bias correction 2
+            f"(float)(1.0 - {self.lr!r} * {self.weight_decay!r})",  # AdamW's decay factor
+        ]
+
+    def update(self, param, grad, states, coef):
+        b1, b2 = self.betas
+        f32 = lambda v: tirx.const(v, "float32")  # noqa: E731
+        weight = 1.0 - b1
+
+        def rule(*i):
+            p, g, m, v = param(*i), grad(*i), states[0](*i), states[1](*i)
+            if self.weight_decay and self.decoupled:
+                p = p * coef[2]
+            elif self.weight_decay:
+                g = g + f32(self.weight_decay) * p
+            # torch.lerp(m, g, w) switches formula at w = 0.5 for accuracy; so do we.
+            m = m + f32(weight) * (g - m) if weight < 0.5 else g - (g - m) * f32(1.0 - weight)
+            v = v * f32(b2) + f32(1.0 - b2) * g * g
+            denom = tirx.sqrt(v) / coef[1] + f32(self.eps)
+            return [p + (-coef[0]) * (m / denom), m, v]
+
+        return te.compute(param.shape, rule, name="adam_update")
+
+
+@dataclass(frozen=True)
+class AdamW(Adam):
+    """torch.optim.AdamW: weight decay applied to the parameter, decoupled from the gradient."""
+
+    weight_decay: float = 1e-2
+    decoupled = True
+
+
+OPTIMIZERS = (SGD, Adam, AdamW)

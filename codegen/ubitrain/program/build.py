@@ -1,0 +1,208 @@
+"""From the Relax training module to the two step programs, `train_step` and `predict`.
+
+Relax ops are legalized into TIR PrimFuncs (each printed once into the kernel library);
+`relax.reshape` is kept out of legalization and becomes a view that shares its source's
+storage. The training program then gets what Relax does not express: Dropout masks drawn at
+the start, a check that the loss is finite before anything is written, the new BatchNorm
+buffers copied back, and one in-place optimizer update per trainable parameter, placed right
+after the last use of that parameter and its gradient (TinyEngine's early update).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax, te
+
+from ..errors import CompileError
+from ..kernels.library import KernelLibrary
+from ..training.graph import TrainingModule
+from .ir import Call, Program, Slot
+
+
+def legalize(mod: tvm.IRModule) -> tvm.IRModule:
+    keep_reshape = {"relax.reshape": lambda bb, call: call}
+    mod = relax.transform.LegalizeOps(customize_legalize_map=keep_reshape)(mod)
+    return relax.transform.DeadCodeElimination(["main", "predict"])(mod)
+
+
+class _FunctionWalker:
+    """Turns the bindings of one legalized Relax function into calls over slots."""
+
+    def __init__(self, mod, library: KernelLibrary, env: dict, prefix: str):
+        self.mod, self.library, self.env, self.prefix = mod, library, env, prefix
+        self.calls: list[Call] = []
+        self.counter = 0
+
+    def new_slot(self, ty, kind="activation", hint="t") -> Slot:
+        self.counter += 1
+        shape = tuple(int(d) for d in ty.shape)
+        return Slot(f"{self.prefix}{hint}{self.counter}", shape, str(ty.dtype), kind)
+
+    def value(self, expr):
+        if isinstance(expr, relax.Var):
+            return self.env[expr]
+        if isinstance(expr, (tvm.ir.Constant, tvm.ir.GenericConst)):
+            data = expr.value.numpy()
+            self.counter += 1
+            return Slot(f"const{self.counter}", data.shape, str(data.dtype), "constant", data)
+        if isinstance(expr, relax.Tuple):
+            return [self.value(f) for f in expr.fields]
+        if isinstance(expr, relax.TupleGetItem):
+            return self.value(expr.tuple_value)[expr.index]
+        raise CompileError(f"unexpected Relax expression {type(expr).__name__} in the step graph")
+
+    def walk(self, func: relax.Function):
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                self.env[binding.var] = self.binding(binding)
+        return self.value(func.body.body)
+
+    def binding(self, binding):
+        v = binding.value
+        if isinstance(v, relax.Call) and isinstance(v.op, tvm.ir.Op):
+            if v.op.name == "relax.call_tir":
+                return self.call_tir(binding.var, v)
+            if v.op.name == "relax.reshape":
+                src = self.value(v.args[0])
+                self.counter += 1
+                ty = binding.var.ty
+                return Slot(f"{src.name}_v{self.counter}", tuple(int(d) for d in ty.shape),
+                            str(ty.dtype), src.kind, view_of=src)
+            raise CompileError(f"Relax op {v.op.name} was not legalized into a kernel")
+        return self.value(v)
+
+    def call_tir(self, var, call):
+        gvar, args = call.args[0], self.value(call.args[1])
+        func = self.mod[gvar]
+        kernel = self.library.add(func, gvar.name_hint)
+        ty = var.ty
+        outs = ([self.new_slot(t) for t in ty.fields] if isinstance(ty, relax.TupleType)
+                else [self.new_slot(ty)])
+        self.append(kernel, list(args) + outs)
+        return outs if isinstance(ty, relax.TupleType) else outs[0]
+
+    def append(self, kernel, args):
+        if len(args) != len(kernel.params):
+            raise CompileError(f"kernel {kernel.name} takes {len(kernel.params)} tensors, "
+                               f"the graph passes {len(args)}")
+        scratch = None
+        if kernel.scratch_bytes:
+            scratch = Slot(f"scratch{len(self.calls)}_{self.prefix}", (kernel.scratch_bytes,),
+                           "uint8", "scratch")
+        self.calls.append(Call(kernel.name, args, sorted(kernel.written), scratch=scratch))
+
+
+def _state_slots(tm: TrainingModule, optimizer) -> tuple[dict[str, Slot], dict[str, list[Slot]]]:
+    state = {}
+    for s in tm.graph.state:
+        kind = "parameter" if s.is_parameter else "buffer"
+        state[s.name] = Slot(_c(s.name), s.value.shape, str(s.value.dtype), kind, s.value,
+                             label=s.name)
+    opt_state = {}
+    for name in tm.trainable:
+        p = state[name]
+        opt_state[name] = [
+            Slot(_c(f"{name}.{st}"), p.shape, p.dtype, "optimizer_state",
+                 np.zeros(p.shape, p.dtype), label=f"{name}.{st}")
+            for st in optimizer.state_names
+        ]
+    return state, opt_state
+
+
+def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary):
+    """Return (train_step, predict, state slots, optimizer state slots, io slots)."""
+    mod = legalize(tm.mod)
+    state, opt_state = _state_slots(tm, optimizer)
+    g = tm.graph
+    inputs = [Slot(spec.name, spec.shape, spec.dtype, "input") for spec in g.input_specs]
+    labels = Slot("labels", tm.labels_shape, tm.labels_dtype, "label")
+
+    # ---- train_step -------------------------------------------------------------------------
+    train_fn = mod["main"]
+    env = dict(zip(train_fn.params, inputs + [labels] + [state[s.name] for s in g.state]))
+    walker = _FunctionWalker(mod, library, env, "tr_")
+    masks = []
+    for (mask_var, p), param in zip(g.dropout_masks, train_fn.params[-len(g.dropout_masks):]
+                                    if g.dropout_masks else []):
+        slot = walker.new_slot(mask_var.ty, "mask", "mask")
+        env[param] = slot
+        masks.append(Call("ub_dropout_mask", [slot], [0], builtin=True, attrs={"p": p}))
+    result = walker.walk(train_fn)
+    forward_outputs, grads = (result, []) if not tm.trainable else result
+    forward_outputs = forward_outputs if isinstance(forward_outputs, list) else [forward_outputs]
+    loss, new_buffers = forward_outputs[0], forward_outputs[1:]
+    calls = masks + walker.calls
+    loss_out = Slot("loss", (), "float32", "output")
+    check = Call("ub_check_loss", [loss], [], builtin=True)
+    calls.insert(_last_write(calls, loss) + 1, check)
+    for name, new in zip(tm.buffer_updates, new_buffers):
+        calls.append(Call("ub_copy", [new, state[name]], [1], builtin=True))
+    coef_call, updates = _optimizer_calls(tm, optimizer, library, state, opt_state, grads)
+    if coef_call:
+        calls = [coef_call] + _place_early(calls, updates)
+    calls.append(Call("ub_copy", [loss, loss_out], [1], builtin=True))
+    train = Program("train_step", calls)
+
+    # ---- predict ----------------------------------------------------------------------------
+    pred_fn = mod["predict"]
+    pg = tm.predict_graph
+    penv = dict(zip(pred_fn.params, inputs + [state[s.name] for s in pg.state]))
+    pwalker = _FunctionWalker(mod, library, penv, "pr_")
+    out = pwalker.walk(pred_fn)
+    output = Slot("output", out.shape, out.dtype, "output")
+    predict = Program("predict", pwalker.calls + [Call("ub_copy", [out, output], [1],
+                                                       builtin=True)])
+    return train, predict, state, opt_state, inputs, labels, output
+
+
+def _optimizer_calls(tm, optimizer, library, state, opt_state, grads):
+    if not tm.trainable:
+        return None, []
+    coef_code = optimizer.coefficient_code()
+    coef = Slot("optimizer_coefficients", (len(coef_code),), "float32", "coefficients",
+                np.zeros(len(coef_code), "float32"))
+    coef_call = Call("ub_optimizer_coefficients", [coef], [0], builtin=True,
+                     attrs={"code": coef_code})
+    updates = []
+    for name, grad in zip(tm.trainable, grads):
+        param, states = state[name], opt_state[name]
+        func = _update_prim_func(optimizer, param, states, coef)
+        # In place: the new parameter and state overwrite the old, element by element.
+        kernel = library.add(func, f"{type(optimizer).__name__.lower()}_update", in_place=True)
+        args = [param, grad] + states + [coef, param] + states
+        updates.append(Call(kernel.name, args, sorted(kernel.written), attrs={"param": name}))
+    return coef_call, updates
+
+
+def _place_early(calls: list[Call], updates: list[Call]) -> list[Call]:
+    """Insert each update just after the last use of its parameter and its gradient, so
+    that gradients of the whole model never need to coexist (TinyEngine's in-place update)."""
+    merged = list(calls)
+    for upd in updates:
+        param, grad = upd.args[0], upd.args[1]
+        merged.insert(max(_last_use(merged, param.root), _last_use(merged, grad.root)) + 1, upd)
+    return merged
+
+
+def _update_prim_func(optimizer, param, states, coef):
+    p = te.placeholder(param.shape, "float32", "param")
+    g = te.placeholder(param.shape, "float32", "grad")
+    st = [te.placeholder(param.shape, "float32", s.name.rsplit("_", 1)[-1]) for s in states]
+    c = te.placeholder(coef.shape, "float32", "coef")
+    out = optimizer.update(p, g, st, c)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    return te.create_prim_func([p, g] + st + [c] + outs)
+
+
+def _last_write(calls, slot) -> int:
+    return max(i for i, c in enumerate(calls) if any(w.root is slot.root for w in c.writes))
+
+
+def _last_use(calls, root) -> int:
+    uses = [i for i, c in enumerate(calls) if any(a.root is root for a in c.args)]
+    return max(uses) if uses else -1
+
+
+def _c(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in name)

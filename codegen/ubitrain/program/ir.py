@@ -1,0 +1,103 @@
+"""The step program: ubitrain's own small IR between Relax and C.
+
+A program is an ordered list of calls over tensor slots. A call runs either a printed TIR
+kernel or a runtime builtin (copy, dropout mask, loss check, optimizer coefficients). Every
+slot knows its size, dtype and kind; lifetimes come from the order of the calls. Memory
+planning, placement and code emission read this IR and nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Kinds that live across steps at fixed arena offsets.
+PERSISTENT_KINDS = ("parameter", "buffer", "optimizer_state", "coefficients")
+# Kinds the caller passes in by pointer; never in the arena.
+EXTERNAL_KINDS = ("input", "label", "output")
+# Kinds planned per program over their lifetimes.
+TRANSIENT_KINDS = ("activation", "gradient", "mask", "scratch")
+
+
+def dtype_bytes(dtype: str) -> int:
+    return 1 if dtype == "bool" else np.dtype(dtype).itemsize
+
+
+@dataclass(eq=False)
+class Slot:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str  # one of the *_KINDS above, or "constant"
+    value: np.ndarray | None = None  # initial value (state) or the value (constant)
+    view_of: Slot | None = None  # a reshape shares its source's storage
+    label: str | None = None  # the user-facing name (state_dict name) of a state slot
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * dtype_bytes(self.dtype)
+
+    @property
+    def root(self) -> Slot:
+        return self.view_of.root if self.view_of is not None else self
+
+    @property
+    def persistent(self) -> bool:
+        return self.root.kind in PERSISTENT_KINDS
+
+    @property
+    def external(self) -> bool:
+        return self.root.kind in EXTERNAL_KINDS
+
+    def __repr__(self):
+        return f"Slot({self.name}, {self.shape}, {self.dtype}, {self.kind})"
+
+
+@dataclass(eq=False)
+class Call:
+    """`kernel(scratch, *args)`; `outputs` are the indices into `args` that are written."""
+
+    kernel: str
+    args: list[Slot]
+    outputs: list[int]
+    builtin: bool = False
+    attrs: dict = field(default_factory=dict)
+    scratch: Slot | None = None
+
+    @property
+    def reads(self) -> list[Slot]:
+        return [a for i, a in enumerate(self.args) if i not in self.outputs]
+
+    @property
+    def writes(self) -> list[Slot]:
+        return [self.args[i] for i in self.outputs]
+
+
+@dataclass
+class Program:
+    name: str  # "train_step" or "predict"
+    calls: list[Call]
+
+    def slots(self) -> list[Slot]:
+        seen, order = set(), []
+        for call in self.calls:
+            for s in call.args + ([call.scratch] if call.scratch else []):
+                for x in (s, s.root):
+                    if id(x) not in seen:
+                        seen.add(id(x))
+                        order.append(x)
+        return order
+
+    def lifetimes(self) -> dict[Slot, tuple[int, int]]:
+        """[first, last] call index of every transient root slot."""
+        spans: dict[Slot, list[int]] = {}
+        for i, call in enumerate(self.calls):
+            used = call.args + ([call.scratch] if call.scratch else [])
+            for s in used:
+                r = s.root
+                if r.kind in TRANSIENT_KINDS:
+                    span = spans.setdefault(r, [i, i])
+                    span[1] = i
+        return {s: (a, b) for s, (a, b) in spans.items()}

@@ -1,0 +1,159 @@
+"""Render the generated C project: model.h, model.c, CMakeLists.txt and a copy of runtime_c.
+
+Every call of a step program becomes one C statement; the arena offsets come from the
+memory plan, so the statements index one caller-supplied arena and nothing else.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from ..errors import CompileError
+from ..kernels.c_printer import c_float_literal, c_type
+from ..memory.plan import MemoryPlan
+from ..program.ir import Call, Program, Slot
+
+TEMPLATES = Path(__file__).parent / "templates"
+RUNTIME_C = Path(__file__).resolve().parents[3] / "runtime_c"
+DTYPE_CODES = {"float32": "UB_F32", "int64": "UB_I64", "int32": "UB_I32", "int8": "UB_I8"}
+KIND_CODES = {"parameter": "UB_PARAMETER", "buffer": "UB_BUFFER",
+              "optimizer_state": "UB_OPTIMIZER_STATE"}
+
+
+def c_array(values: np.ndarray) -> str:
+    flat = np.asarray(values).reshape(-1)
+    if flat.size == 0:
+        return "{0}"
+    if flat.dtype.kind == "f":
+        # Hexadecimal float literals are exact: the C starts from PyTorch's very bits.
+        suffix = "f" if flat.dtype == np.float32 else ""
+        items = [float(v).hex() + suffix if np.isfinite(v) else c_float_literal(float(v),
+                 str(flat.dtype)) for v in flat]
+    elif flat.dtype == np.int64:
+        items = [f"INT64_C({int(v)})" for v in flat]
+    else:
+        items = [str(int(v)) for v in flat]
+    lines = [", ".join(items[i:i + 8]) for i in range(0, len(items), 8)]
+    return "{\n    " + ",\n    ".join(lines) + "\n}"
+
+
+@dataclass
+class _Io:
+    name: str
+    dtype: str
+    shape: list
+    elements: int
+    ctype: str
+
+
+def _io(slot: Slot, name: str | None = None) -> _Io:
+    return _Io(name or slot.name, slot.dtype, list(slot.shape), int(np.prod(slot.shape)),
+               c_type(slot.dtype))
+
+
+class _CallPrinter:
+    def __init__(self, plan: MemoryPlan, constants: dict, externals: dict):
+        self.plan, self.constants, self.externals = plan, constants, externals
+
+    def pointer(self, slot: Slot, writable: bool) -> str:
+        root = slot.root
+        if root.kind == "constant":
+            return self.constants[id(root)]
+        if root.external:
+            return self.externals[id(root)]
+        ctype = c_type(slot.dtype)
+        const = "" if writable else "const "
+        return f"(({const}{ctype} *)(A + {self.plan.offsets[root]}u))"
+
+    def statement(self, call: Call) -> str:
+        if call.builtin:
+            return getattr(self, call.kernel)(call)
+        scratch = (f"A + {self.plan.offsets[call.scratch]}u" if call.scratch else "NULL")
+        args = [scratch] + [self.pointer(a, i in call.outputs) for i, a in enumerate(call.args)]
+        return f"UB_TRY({call.kernel}({', '.join(args)}));"
+
+    def ub_copy(self, call):
+        src, dst = call.args
+        return (f"memcpy({self.pointer(dst, True)}, {self.pointer(src, False)}, "
+                f"{src.nbytes}u);")
+
+    def ub_dropout_mask(self, call):
+        (mask,) = call.args
+        n = int(np.prod(mask.shape))
+        return (f"ub_dropout_mask(&ctx->rng_state, {self.pointer(mask, True)}, {n}u, "
+                f"{c_float_literal(call.attrs['p'], 'float32')});")
+
+    def ub_check_loss(self, call):
+        return f"UB_TRY(ub_check_loss({self.pointer(call.args[0], False)}));"
+
+    def ub_optimizer_coefficients(self, call):
+        coef = self.pointer(call.args[0], True)
+        parts = [f"{coef}[{i}] = {code};" for i, code in enumerate(call.attrs["code"])]
+        return "{ " + " ".join(parts) + " }"
+
+
+def render_project(out_dir: Path, model_name: str, train: Program, predict: Program,
+                   plan: MemoryPlan, kernels: list[str], state: dict, opt_state: dict,
+                   trainable: list[str], inputs: list[Slot], labels: Slot, output: Slot,
+                   classes: int | None) -> None:
+    constants, const_names = [], {}
+    for prog in (train, predict):
+        for s in prog.slots():
+            if s.kind == "constant" and id(s) not in const_names:
+                const_names[id(s)] = f"ub_const_{len(constants)}"
+                constants.append(dict(name=const_names[id(s)], ctype=c_type(s.dtype),
+                                      elements=max(s.value.size, 1), data=c_array(s.value)))
+    externals = {id(x): x.name for x in inputs}
+    externals[id(labels)] = "labels"
+    for prog in (train, predict):
+        for s in prog.slots():
+            if s.kind == "output":
+                externals[id(s)] = s.name  # "loss" in train_step, "output" in predict
+    printer = _CallPrinter(plan, const_names, externals)
+
+    tensors, initial, zeroed = [], [], []
+    for name, slot in state.items():
+        tensors.append(_tensor_row(name, slot, plan, slot.kind, name in trainable))
+        initial.append(dict(cname=slot.name, ctype=c_type(slot.dtype), elements=slot.value.size,
+                            data=c_array(slot.value), offset=plan.offsets[slot]))
+    for slots in opt_state.values():
+        for slot in slots:
+            tensors.append(_tensor_row(slot.label, slot, plan, "optimizer_state", False))
+            zeroed.append(dict(offset=plan.offsets[slot], bytes=slot.nbytes))
+
+    context = dict(
+        m=model_name, M=model_name.upper(), arena_bytes=plan.arena_bytes,
+        alignment=plan.alignment, batch=inputs[0].shape[0] if inputs[0].shape else 1,
+        inputs=[_io(x) for x in inputs], labels=_io(labels), output=_io(output),
+        tensors=tensors, constants=constants, initial=initial, zeroed=zeroed, kernels=kernels,
+        classes=classes,
+        train_body=[printer.statement(c) for c in train.calls],
+        predict_body=[printer.statement(c) for c in predict.calls],
+    )
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for template, target in (("model.h.j2", "model.h"), ("model.c.j2", "model.c"),
+                                 ("CMakeLists.txt.j2", "CMakeLists.txt")):
+            (out_dir / target).write_text(env.get_template(template).render(**context))
+        shutil.copytree(RUNTIME_C, out_dir / "runtime_c", dirs_exist_ok=True)
+    except OSError as err:
+        raise CompileError(f"cannot write the C project to out_dir={str(out_dir)!r}: "
+                           f"{err.strerror}; pass an out_dir you can write to") from None
+
+
+def _tensor_row(name, slot, plan, kind, trainable):
+    shape = list(slot.shape)
+    if len(shape) > 4:
+        raise CompileError(f"tensor {name} has {len(shape)} dimensions; at most 4 are supported")
+    return dict(name=name, kind=KIND_CODES[kind], dtype=DTYPE_CODES[slot.dtype], ndim=len(shape),
+                shape4=", ".join(str(d) for d in shape + [0] * (4 - len(shape))),
+                offset=plan.offsets[slot], bytes=slot.nbytes, trainable=int(trainable))
+

@@ -1,0 +1,1 @@
+"""Building the generated C project and driving it from Python."""

@@ -1,0 +1,24 @@
+"""Build a generated C project with CMake, the way a user would."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from ..errors import BuildError
+
+
+def cmake_build(project_dir: Path, build_dir: Path, shared: bool = True,
+                extra_args: tuple[str, ...] = ()) -> Path:
+    if shutil.which("cmake") is None:
+        raise BuildError("cmake is not installed; install it (apt-get install cmake) to build "
+                         "the generated project")
+    configure = ["cmake", "-S", str(project_dir), "-B", str(build_dir),
+                 f"-DBUILD_SHARED_LIBS={'ON' if shared else 'OFF'}", *extra_args]
+    for cmd in (configure, ["cmake", "--build", str(build_dir), "-j", "2"]):
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            log = (result.stdout + result.stderr)[-4000:]
+            raise BuildError(f"building the generated C failed ({' '.join(cmd[:2])}):\n{log}")
+    return build_dir

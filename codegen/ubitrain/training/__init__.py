@@ -1,0 +1,1 @@
+"""The training graph: loss appended, gradients taken, optimizer updates defined."""

@@ -1,0 +1,77 @@
+"""Build the Relax training module: forward in training mode, loss, and gradients.
+
+The training function returns `((loss, new buffer values...), (gradients...))`; the
+optimizer update is added later, in the step program, as in-place kernels. Parameters that
+do not train get no gradient, and Relax's Gradient pass then drops every backward op that
+only fed them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import tvm
+from tvm import relax
+
+from ..errors import CompileError
+from ..frontend.torch_export import ForwardGraph, import_forward
+from .gradients import register_gradients
+from .losses import append_loss, label_spec, labels_var
+
+
+@dataclass
+class TrainingModule:
+    mod: tvm.IRModule  # "main": the training step (after Gradient), "predict": eval forward
+    graph: ForwardGraph
+    predict_graph: ForwardGraph
+    labels_shape: tuple[int, ...]
+    labels_dtype: str
+    trainable: list[str]
+    buffer_updates: list[str]  # state names, in the order of the training outputs
+
+
+def resolve_trainable(graph: ForwardGraph, trainable) -> list[str]:
+    params = [s.name for s in graph.state if s.is_parameter]
+    if trainable is None:
+        return params
+    if isinstance(trainable, str):
+        trainable = [trainable]
+    unknown = [t for t in trainable if t not in params]
+    if unknown:
+        raise CompileError(f"trainable names {unknown} are not parameters of the model; "
+                           f"its parameters are: {', '.join(params)}")
+    return [p for p in params if p in set(trainable)]
+
+
+def build_training_module(model: torch.nn.Module, example_inputs: tuple, labels, loss: str,
+                          trainable=None) -> TrainingModule:
+    register_gradients()
+    labels_shape = tuple(labels.shape)
+    labels_dtype = str(labels.dtype).replace("torch.", "")
+    holder = {}
+
+    def extend(bb, graph):
+        out_shape = tuple(int(d) for d in graph.output.ty.shape)
+        c_dtype = label_spec(loss, out_shape, labels_shape, labels_dtype)
+        y = labels_var(labels_shape, c_dtype)
+        loss_value = append_loss(bb, loss, graph.output, y)
+        holder["updates"] = list(graph.buffer_updates)
+        holder["labels_dtype"] = c_dtype
+        return [y], [loss_value] + list(graph.buffer_updates.values())
+
+    train_mod, graph = import_forward(model, example_inputs, training=True, extend=extend)
+    predict_mod, predict_graph = import_forward(model, example_inputs, training=False)
+
+    names = resolve_trainable(graph, trainable)
+    require = [graph.state_vars[n] for n in names]
+    mod = tvm.IRModule({"main": train_mod["main"], "predict": predict_mod["main"]})
+    if require:
+        try:
+            mod = relax.transform.Gradient("main", require_grads=require, target_index=0)(mod)
+        except Exception as err:  # a Relax op with no gradient rule
+            raise CompileError(f"taking the gradient failed: {str(err).splitlines()[-1]}") from None
+        mod = tvm.IRModule({"main": mod["main_adjoint"], "predict": mod["predict"]})
+    return TrainingModule(mod=mod, graph=graph, predict_graph=predict_graph,
+                          labels_shape=labels_shape, labels_dtype=holder["labels_dtype"],
+                          trainable=names, buffer_updates=holder["updates"])

@@ -1,0 +1,42 @@
+/* ubitrain runtime: what every generated model shares. No malloc, no global state. */
+#ifndef UB_RUNTIME_H
+#define UB_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ub_status.h"
+
+#define UB_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define UB_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define UB_TRY(call)                  \
+    do {                              \
+        int32_t ub_status_ = (call);  \
+        if (ub_status_ != UB_OK) {    \
+            return ub_status_;        \
+        }                             \
+    } while (0)
+
+/* Integer division and modulo rounding toward negative infinity (TIR's floordiv). */
+static inline int32_t ub_floordiv_i32(int32_t a, int32_t b) {
+    int32_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int32_t ub_floormod_i32(int32_t a, int32_t b) { return a - ub_floordiv_i32(a, b) * b; }
+static inline int64_t ub_floordiv_i64(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int64_t ub_floormod_i64(int64_t a, int64_t b) { return a - ub_floordiv_i64(a, b) * b; }
+
+/* SplitMix64: a small, fast, seedable generator whose sequence is easy to reproduce. */
+uint64_t ub_rng_next(uint64_t *state);
+
+/* Fill `mask` with 0 (probability p) or 1/(1-p): the inverted-dropout mask. The masks differ
+ * from PyTorch's (a different generator); their distribution is the same. */
+void ub_dropout_mask(uint64_t *state, float *mask, size_t n, float p);
+
+/* UB_ERR_NONFINITE_LOSS when the loss is NaN or infinite. */
+int32_t ub_check_loss(const float *loss);
+
+#endif
