@@ -12,6 +12,7 @@ followed by the new value of every mutated buffer.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,8 +60,10 @@ def export_module(model: torch.nn.Module, example_inputs: tuple, training: bool)
     was_training = model.training
     model.train(training)
     try:
-        exported = torch.export.export(model, tuple(example_inputs), strict=False)
-        exported = exported.run_decompositions({})
+        with warnings.catch_warnings():  # torch.export's own deprecation noise, not the user's
+            warnings.simplefilter("ignore", FutureWarning)
+            exported = torch.export.export(model, tuple(example_inputs), strict=False)
+            exported = exported.run_decompositions({})
     except Exception as err:  # torch's own message says which construct it could not trace
         raise CompileError(
             f"torch.export could not trace {type(model).__name__}: {err}. ubitrain needs a "
