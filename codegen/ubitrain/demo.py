@@ -1,0 +1,212 @@
+"""The ubitrain demo: a small CNN learns scikit-learn's handwritten digits through generated C.
+
+The same network, with the same initial weights, the same batches in the same order and the
+same optimizer, is trained twice: once by the C training step that `ub.compile` writes (built
+with CMake and loaded with ctypes), once by PyTorch on one thread. The demo prints both test
+accuracies, the compile time and the memory plan, and returns them as a dict.
+
+    python -m ubitrain.demo            # or: ubitrain demo --epochs 5
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+import ubitrain as ub
+
+BATCH = 32
+CLASSES = 10
+
+
+class DigitsCNN(nn.Module):
+    """conv-BN-ReLU-pool, conv-ReLU, linear: 8x8 grey images in, 10 logits out."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(),
+        )
+        self.classifier = nn.Linear(16 * 4 * 4, CLASSES)
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.features(x), 1))
+
+
+def load_data(seed: int = 0, test_size: float = 0.25):
+    """scikit-learn's digits (1,797 8x8 images, shipped with the package, no download):
+    a stratified split, pixels standardized with the training set's statistics, shaped
+    [N, 1, 8, 8] float32 with int64 labels."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
+    digits = load_digits()
+    x = digits.data.astype(np.float32)
+    y = digits.target.astype(np.int64)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, test_size=test_size, stratify=y, random_state=seed)
+    scaler = StandardScaler().fit(x_train)
+
+    def prepare(a):
+        return scaler.transform(a).astype(np.float32).reshape(-1, 1, 8, 8)
+
+    return prepare(x_train), y_train, prepare(x_test), y_test
+
+
+def epoch_batches(n: int, batch: int, epochs: int, seed: int) -> list[list[np.ndarray]]:
+    """The index batches of every epoch, shuffled with a fixed seed. The step is compiled for
+    one batch size, so the final partial batch of each epoch is dropped."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(epochs):
+        perm = rng.permutation(n)
+        out.append([perm[i:i + batch] for i in range(0, n - batch + 1, batch)])
+    return out
+
+
+def predict_padded(predict, x: np.ndarray, batch: int) -> np.ndarray:
+    """Logits for every row of `x` from a predict function compiled for `batch` rows: the
+    last batch is padded with zeros and the padding's logits are dropped."""
+    logits = []
+    for i in range(0, len(x), batch):
+        chunk = x[i:i + batch]
+        real = len(chunk)
+        if real < batch:
+            chunk = np.concatenate([chunk, np.zeros((batch - real,) + x.shape[1:], x.dtype)])
+        logits.append(np.asarray(predict(chunk))[:real])
+    return np.concatenate(logits)
+
+
+def accuracy(logits: np.ndarray, y: np.ndarray) -> float:
+    return float((logits.argmax(axis=1) == y).mean())
+
+
+def _progress(iterable, desc: str, enabled: bool):
+    if not enabled:
+        return iterable
+    from tqdm import tqdm
+    return tqdm(iterable, desc=desc, unit="batch", leave=False, file=sys.stderr,
+                dynamic_ncols=True)
+
+
+def run_demo(epochs: int = 5, out_dir="build/demo", lr: float = 0.05, momentum: float = 0.9,
+             weight_decay: float = 1e-4, seed: int = 0, progress: bool = True,
+             log=print) -> dict:
+    """Train the digits CNN through the generated C and in PyTorch; return the figures.
+
+    Keys of the result: c_accuracy, torch_accuracy (test accuracy after the last epoch, in
+    [0, 1]), c_epochs / torch_epochs (per epoch: mean training loss and test accuracy),
+    compile_seconds, build_seconds, c_train_seconds, torch_train_seconds, total_seconds,
+    memory_plan (the one-line summary), arena_bytes, lower_bound_bytes, kernels,
+    max_param_diff (largest absolute difference of any parameter or buffer at the end),
+    out_dir, train_samples, test_samples."""
+    if epochs < 1:
+        raise ub.UbitrainError(f"epochs={epochs}: train for at least one epoch")
+    start = time.perf_counter()
+    x_train, y_train, x_test, y_test = load_data(seed)
+    batches = epoch_batches(len(x_train), BATCH, epochs, seed)
+    log(f"ubitrain demo: a CNN on scikit-learn's digits, {len(x_train)} training and "
+        f"{len(x_test)} test images (8x8), batch {BATCH}, {epochs} epoch(s), "
+        f"SGD(lr={lr}, momentum={momentum}, weight_decay={weight_decay})")
+
+    torch.manual_seed(seed)
+    model = DigitsCNN()
+    reference = copy.deepcopy(model)  # PyTorch's copy: the very same initial weights
+
+    first = batches[0][0]
+    pkg = ub.compile(model, (torch.from_numpy(x_train[first]),), torch.from_numpy(y_train[first]),
+                     loss="cross_entropy",
+                     optimizer=ub.SGD(lr=lr, momentum=momentum, weight_decay=weight_decay),
+                     target="host", out_dir=out_dir)
+    t = time.perf_counter()
+    trainer = pkg.build(seed=seed)
+    build_seconds = time.perf_counter() - t
+    log(f"compiled in {pkg.compile_seconds:.1f} s ({pkg.kernel_count} C kernels), built with "
+        f"CMake in {build_seconds:.1f} s: {Path(out_dir)}")
+
+    # -- the generated C ----------------------------------------------------------------------
+    c_epochs = []
+    t = time.perf_counter()
+    for e, epoch in enumerate(batches, 1):
+        losses = [trainer.step(x_train[idx], y_train[idx])
+                  for idx in _progress(epoch, f"C epoch {e}/{epochs}", progress)]
+        acc = accuracy(predict_padded(trainer.predict, x_test, BATCH), y_test)
+        c_epochs.append({"loss": float(np.mean(losses)), "accuracy": acc})
+        log(f"[generated C] epoch {e}/{epochs}  loss {np.mean(losses):.4f}  "
+            f"test accuracy {100 * acc:.2f}%")
+    c_train_seconds = time.perf_counter() - t
+
+    # -- PyTorch, the same batches from the same weights ---------------------------------------
+    torch_epochs = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        opt = torch.optim.SGD(reference.parameters(), lr=lr, momentum=momentum,
+                              weight_decay=weight_decay)
+        loss_fn = nn.CrossEntropyLoss()
+        xt, yt = torch.from_numpy(x_train), torch.from_numpy(y_train)
+
+        def torch_predict(chunk):
+            with torch.no_grad():
+                return reference(torch.from_numpy(chunk)).numpy()
+
+        t = time.perf_counter()
+        for e, epoch in enumerate(batches, 1):
+            reference.train()
+            losses = []
+            for idx in _progress(epoch, f"PyTorch epoch {e}/{epochs}", progress):
+                opt.zero_grad()
+                loss = loss_fn(reference(xt[idx]), yt[idx])
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+            reference.eval()
+            acc = accuracy(predict_padded(torch_predict, x_test, BATCH), y_test)
+            torch_epochs.append({"loss": float(np.mean(losses)), "accuracy": acc})
+            log(f"[PyTorch]     epoch {e}/{epochs}  loss {np.mean(losses):.4f}  "
+                f"test accuracy {100 * acc:.2f}%")
+        torch_train_seconds = time.perf_counter() - t
+    finally:
+        torch.set_num_threads(threads)
+
+    c_params = trainer.parameters()
+    max_diff = max(float(np.max(np.abs(c_params[k] - v.detach().numpy().astype(c_params[k].dtype))))
+                   for k, v in reference.state_dict().items() if k in c_params)
+    result = {
+        "c_accuracy": c_epochs[-1]["accuracy"],
+        "torch_accuracy": torch_epochs[-1]["accuracy"],
+        "c_epochs": c_epochs,
+        "torch_epochs": torch_epochs,
+        "compile_seconds": pkg.compile_seconds,
+        "build_seconds": build_seconds,
+        "c_train_seconds": c_train_seconds,
+        "torch_train_seconds": torch_train_seconds,
+        "memory_plan": pkg.memory_plan.summary(),
+        "arena_bytes": pkg.memory_plan.arena_bytes,
+        "lower_bound_bytes": pkg.memory_plan.lower_bound_bytes,
+        "kernels": pkg.kernel_count,
+        "max_param_diff": max_diff,
+        "out_dir": str(out_dir),
+        "train_samples": len(x_train),
+        "test_samples": len(x_test),
+    }
+    result["total_seconds"] = time.perf_counter() - start
+    log(f"test accuracy: generated C {100 * result['c_accuracy']:.2f}%, PyTorch "
+        f"{100 * result['torch_accuracy']:.2f}% | compile {pkg.compile_seconds:.1f} s | "
+        f"memory plan: {result['memory_plan']}")
+    log(f"training time: C {c_train_seconds:.1f} s, PyTorch (1 thread) "
+        f"{torch_train_seconds:.1f} s; largest parameter difference after training "
+        f"{max_diff:.2e}; demo total {result['total_seconds']:.1f} s")
+    return result
+
+
+if __name__ == "__main__":
+    run_demo()
