@@ -1,0 +1,339 @@
+"""The `ubitrain` command: compile a model file into a C project, run the demo, list targets.
+
+Errors that ubitrain raises on purpose (ub.UbitrainError) print as one line, "error: ...",
+and exit with status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+
+DESCRIPTION = """\
+ubitrain: an on-device training compiler. It takes a torch.nn.Module, a loss and an
+optimizer, and writes a self-contained C project (model.h, model.c, CMakeLists.txt,
+runtime_c/) that runs the whole training step: forward, loss, backward, optimizer update,
+over one statically planned memory arena."""
+
+EPILOG = """\
+examples:
+  ubitrain demo                                   train a CNN on the digits data in C and PyTorch
+  ubitrain compile examples/digits_factory.py:factory --out-dir build/digits
+  ubitrain targets
+
+Run "ubitrain COMMAND --help" for the options of a command."""
+
+COMPILE_HELP = """\
+Compile a model into a C training project.
+
+MODEL is "path/to/file.py:factory". The file is imported and factory() is called; it
+returns either
+  * (module, example_inputs, labels): a torch.nn.Module, a tuple with one batch of every
+    model input, and one batch of labels (integer class indices of shape [batch] for
+    --loss cross_entropy, float targets shaped like the output for --loss mse). The batch
+    size of the compiled step is the batch size of these arrays; or
+  * module: a torch.nn.Module alone. Then --input-shape gives the shape of one sample
+    (without the batch dimension) and --batch the batch size; the labels are derived from
+    the loss and the model's output.
+If the factory takes a parameter named "batch", --batch is passed to it.
+
+The memory plan and the project's location are printed. The project builds without
+Python: cmake -S OUT_DIR -B OUT_DIR/build && cmake --build OUT_DIR/build"""
+
+COMPILE_EPILOG = """\
+examples:
+  ubitrain compile examples/digits_factory.py:factory
+  ubitrain compile examples/digits_factory.py:factory --optimizer adam --lr 1e-3 \\
+      --batch 16 --out-dir build/digits16
+  ubitrain compile mynet.py:make_model --input-shape 3,32,32 --batch 8 --loss cross_entropy
+
+A factory file:
+  import torch
+  from torch import nn
+
+  def factory(batch=32):
+      model = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+      return model, (torch.zeros(batch, 1, 8, 8),), torch.zeros(batch, dtype=torch.long)"""
+
+DEMO_HELP = """\
+Train a small CNN on scikit-learn's handwritten digits (8x8 images, 10 classes, shipped
+with scikit-learn) through the generated C, and the same network with the same initial
+weights, batches and optimizer in PyTorch. Prints the loss and test accuracy of every
+epoch, both final accuracies, the compile time and the memory plan."""
+
+DEMO_EPILOG = """\
+examples:
+  ubitrain demo
+  ubitrain demo --epochs 3 --out-dir /tmp/ub-demo --no-progress"""
+
+TARGETS_HELP = "List the targets that --target accepts."
+TARGETS_EPILOG = """\
+examples:
+  ubitrain targets
+  ubitrain compile examples/digits_factory.py:factory --target host"""
+
+
+def _formatter(prog):
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=30)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ubitrain", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=_formatter)
+    parser.add_argument("--version", action="version", version=f"ubitrain {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    c = sub.add_parser("compile", help="compile a model file into a C training project",
+                       description=COMPILE_HELP, epilog=COMPILE_EPILOG,
+                       formatter_class=_formatter)
+    c.add_argument("model", metavar="MODEL", help='"path/to/file.py:factory"')
+    c.add_argument("--loss", default="cross_entropy",
+                   help="cross_entropy (default) or mse")
+    c.add_argument("--optimizer", default="sgd", type=str.lower,
+                   help="sgd (default), adam or adamw")
+    c.add_argument("--lr", type=float, default=None,
+                   help="learning rate (default: the optimizer's, 0.01 SGD, 0.001 Adam/AdamW)")
+    c.add_argument("--momentum", type=float, default=None, help="SGD momentum (default 0)")
+    c.add_argument("--weight-decay", type=float, default=None,
+                   help="weight decay (default: 0; 0.01 for adamw)")
+    c.add_argument("--batch", type=int, default=None,
+                   help="batch size; with a factory that returns only a module (default 32), "
+                        "or one that takes a batch parameter")
+    c.add_argument("--input-shape", default=None, metavar="D,D,...",
+                   help="shape of one input sample without the batch dimension, e.g. 1,8,8 "
+                        "(only when the factory returns only a module)")
+    c.add_argument("--memory-budget", default=None,
+                   help="fail unless the arena fits, e.g. 256KiB or 262144")
+    c.add_argument("--target", default="host", help='target name (default host; see '
+                   '"ubitrain targets")')
+    c.add_argument("--out-dir", default=None,
+                   help="where to write the project (default build/<file name>)")
+    c.add_argument("--verbose", action="store_true",
+                   help="on an error, print its full details (e.g. the C compiler's log)")
+
+    d = sub.add_parser("demo", help="train a CNN on the digits data through the generated C",
+                       description=DEMO_HELP, epilog=DEMO_EPILOG, formatter_class=_formatter)
+    d.add_argument("--epochs", type=int, default=5, help="training epochs (default 5)")
+    d.add_argument("--out-dir", default="build/demo",
+                   help="where to write the generated project (default build/demo)")
+    d.add_argument("--seed", type=int, default=0, help="seed of the split, weights, batches")
+    d.add_argument("--no-progress", action="store_true", help="no progress bars")
+    d.add_argument("--verbose", action="store_true",
+                   help="on an error, print its full details (e.g. the C compiler's log)")
+
+    sub.add_parser("targets", help="list the compile targets", description=TARGETS_HELP,
+                   epilog=TARGETS_EPILOG, formatter_class=_formatter)
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ubitrain")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+# ---- compile --------------------------------------------------------------------------------
+def load_factory(spec: str):
+    """"path/to/file.py:name" → the callable `name` defined in that file."""
+    from .errors import CompileError
+
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path or not name:
+        raise CompileError(f"model {spec!r} must be given as path/to/file.py:factory")
+    file = Path(path)
+    if not file.is_file():
+        raise CompileError(f"model file {path!r} does not exist")
+    module_name = "ubitrain_user_" + "".join(ch if ch.isalnum() else "_" for ch in file.stem)
+    module_spec = importlib.util.spec_from_file_location(module_name, file)
+    if module_spec is None or module_spec.loader is None:
+        raise CompileError(f"model file {path!r} is not a Python file")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.path.insert(0, str(file.resolve().parent))  # the file may import its neighbours
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as err:  # noqa: BLE001 - any error in the user's file, told in one line
+        raise CompileError(f"importing {path!r} failed: {type(err).__name__}: {err}") from None
+    finally:
+        sys.path.pop(0)
+    factory = getattr(module, name, None)
+    if factory is None:
+        raise CompileError(f"{path!r} defines no {name!r}")
+    if not callable(factory):
+        raise CompileError(f"{path}:{name} is not callable; give a function that returns the "
+                           "model")
+    return factory
+
+
+def _parse_shape(text: str) -> tuple[int, ...]:
+    from .errors import CompileError
+
+    try:
+        shape = tuple(int(d) for d in text.replace("x", ",").split(",") if d.strip())
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise CompileError(f"--input-shape {text!r} is not a shape; give positive sizes such "
+                           "as 1,8,8")
+    return shape
+
+
+def model_from_factory(factory, label: str, batch: int | None, input_shape: str | None,
+                       loss: str):
+    """Call the factory and return (module, example_inputs, labels)."""
+    import torch
+
+    from .errors import CompileError
+
+    takes_batch = "batch" in _parameters(factory)
+    try:
+        made = factory(batch=batch) if takes_batch and batch is not None else factory()
+    except Exception as err:  # noqa: BLE001 - any error in the user's factory, in one line
+        raise CompileError(f"{label}() failed: {type(err).__name__}: {err}") from None
+
+    if isinstance(made, torch.nn.Module):
+        if input_shape is None:
+            raise CompileError(f"{label}() returned only a module; give --input-shape (one "
+                               "sample's shape, e.g. 1,8,8) or return (module, example_inputs, "
+                               "labels)")
+        n = batch or 32
+        module, inputs = made, (torch.zeros((n,) + _parse_shape(input_shape)),)
+        if loss == "mse":
+            was_training = module.training
+            module.eval()
+            with torch.no_grad():
+                labels = torch.zeros_like(module(*inputs))
+            module.train(was_training)
+        else:
+            labels = torch.zeros(n, dtype=torch.long)
+        return module, inputs, labels
+
+    if not (isinstance(made, (tuple, list)) and len(made) == 3
+            and isinstance(made[0], torch.nn.Module)):
+        raise CompileError(f"{label}() must return a torch.nn.Module or (module, "
+                           f"example_inputs, labels); it returned {type(made).__name__}")
+    module, inputs, labels = made
+    if not isinstance(inputs, (tuple, list)):
+        inputs = (inputs,)
+    if input_shape is not None:
+        raise CompileError("--input-shape applies only to a factory that returns a module "
+                           "alone; this one returns its own example inputs")
+    got = int(inputs[0].shape[0]) if len(inputs) and len(inputs[0].shape) else None
+    if batch is not None and got != batch:
+        raise CompileError(f"--batch {batch} differs from the batch of {got} that {label}() "
+                           "returned; give the factory a 'batch' parameter to make it follow "
+                           "--batch")
+    return module, tuple(inputs), labels
+
+
+def _parameters(fn) -> dict:
+    try:
+        return dict(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return {}
+
+
+def make_optimizer(name: str, lr, momentum, weight_decay):
+    import ubitrain as ub
+
+    kwargs = {}
+    if lr is not None:
+        kwargs["lr"] = lr
+    if weight_decay is not None:
+        kwargs["weight_decay"] = weight_decay
+    if name == "sgd":
+        if momentum is not None:
+            kwargs["momentum"] = momentum
+        return ub.SGD(**kwargs)
+    if momentum is not None:
+        raise ub.CompileError(f"--momentum applies to sgd only, not to {name}")
+    if name == "adam":
+        return ub.Adam(**kwargs)
+    if name == "adamw":
+        return ub.AdamW(**kwargs)
+    raise ub.CompileError(f"unknown optimizer {name!r}; choose sgd, adam or adamw")
+
+
+def cmd_compile(args) -> int:
+    import ubitrain as ub
+    from ubitrain.targets import get_target
+    from ubitrain.training.losses import LOSSES
+
+    get_target(args.target)  # an unknown target fails before the model file is imported
+    if args.loss not in LOSSES:
+        raise ub.CompileError(f"unknown loss {args.loss!r}; supported: {', '.join(LOSSES)}")
+    if args.batch is not None and args.batch < 1:
+        raise ub.CompileError(f"--batch {args.batch} must be at least 1")
+    optimizer = make_optimizer(args.optimizer, args.lr, args.momentum, args.weight_decay)
+    factory = load_factory(args.model)
+    module, inputs, labels = model_from_factory(factory, args.model, args.batch, args.input_shape,
+                                                args.loss)
+    out_dir = Path(args.out_dir or Path("build") / Path(args.model.rpartition(":")[0]).stem)
+    pkg = ub.compile(module, inputs, labels, loss=args.loss, optimizer=optimizer,
+                     target=args.target, memory_budget=args.memory_budget, out_dir=out_dir)
+    batch = int(inputs[0].shape[0]) if len(inputs[0].shape) else 1
+    print(f"compiled {type(module).__name__} for target {args.target} in "
+          f"{pkg.compile_seconds:.1f} s: batch {batch}, {len(pkg.trainable)} trainable "
+          f"tensor(s), {pkg.kernel_count} C kernels")
+    print(f"memory plan: {pkg.memory_plan.summary()}")
+    print(f"C project written to {out_dir}/ (model.h, model.c, CMakeLists.txt, runtime_c/); "
+          f"C API prefix ub_{pkg.model_name}_")
+    print(f"build it: cmake -S {out_dir} -B {out_dir}/build && cmake --build {out_dir}/build")
+    return 0
+
+
+# ---- demo, targets ----------------------------------------------------------------------------
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    run_demo(epochs=args.epochs, out_dir=args.out_dir, seed=args.seed,
+             progress=not args.no_progress)
+    return 0
+
+
+def cmd_targets(args) -> int:
+    from .targets import TARGETS
+
+    width = max(len(name) for name in TARGETS)
+    for name, t in TARGETS.items():
+        where = "runs here" if t.runs_on_host else "cross-compiled"
+        print(f"{name:<{width}}  {t.description} [isa {t.isa}, {where}]")
+    return 0
+
+
+COMMANDS = {"compile": cmd_compile, "demo": cmd_demo, "targets": cmd_targets}
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    import warnings
+    warnings.filterwarnings("ignore", category=FutureWarning)  # torch.export's own chatter
+    from .errors import UbitrainError
+
+    try:
+        return COMMANDS[args.command](args)
+    except UbitrainError as err:
+        first, _, rest = str(err).strip().partition("\n")
+        verbose = getattr(args, "verbose", False)
+        if rest and not verbose:
+            first += " (run with --verbose for details)"
+        print(f"error: {first}", file=sys.stderr)
+        if rest and verbose:
+            print(rest, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
