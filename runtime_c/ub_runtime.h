@@ -9,6 +9,9 @@
 
 #define UB_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define UB_MAX(a, b) ((a) > (b) ? (a) : (b))
+/* Float min/max that propagate NaN like PyTorch's relu, clamp and max-pool do. */
+#define UB_FMIN(a, b) (((a) != (a) || (a) < (b)) ? (a) : (b))
+#define UB_FMAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
 #define UB_TRY(call)                  \
     do {                              \
         int32_t ub_status_ = (call);  \

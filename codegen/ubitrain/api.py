@@ -73,6 +73,9 @@ def _check_out_dir(out_dir: Path):
     probe = out_dir
     while not probe.exists():
         probe = probe.parent
+    if not probe.is_dir():
+        raise CompileError(f"out_dir={str(out_dir)!r} cannot be created: {str(probe)!r} is a "
+                           "file; pass a directory path")
     if not os.access(probe, os.W_OK):
         raise CompileError(f"out_dir={str(out_dir)!r} is not writable (no write permission on "
                            f"{str(probe)!r}); pass a directory you can write to")

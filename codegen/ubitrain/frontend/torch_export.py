@@ -190,7 +190,8 @@ def _convert(ctx: ConvertContext, node, env):
     except CompileError:
         raise
     except Exception as err:
-        raise CompileError(f"{ctx.where}: converting {_op_label(node.target)} failed: {err}") from err
+        raise CompileError(f"{ctx.where}: converting {_op_label(node.target)} failed: "
+                           f"{err}") from err
 
 
 def _c_name(name: str) -> str:

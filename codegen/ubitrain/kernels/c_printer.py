@@ -64,7 +64,8 @@ def c_type(dtype: str) -> str:
     try:
         return C_TYPES[str(dtype)]
     except KeyError:
-        raise CompileError(f"dtype {dtype} has no C spelling; supported: {sorted(C_TYPES)}")
+        raise CompileError(f"dtype {dtype} has no C spelling; supported: {sorted(C_TYPES)}") \
+            from None
 
 
 def c_float_literal(value: float, dtype: str) -> str:
@@ -75,7 +76,8 @@ def c_float_literal(value: float, dtype: str) -> str:
         return ("-" if value < 0 else "") + "INFINITY"
     if dtype == "float32":
         value = float(np.float32(value))
-    return f"{value!r}{suffix}" if "e" in repr(value) or "." in repr(value) else f"{value!r}.0{suffix}"
+    text = repr(value)
+    return f"{text}{suffix}" if "e" in text or "." in text else f"{text}.0{suffix}"
 
 
 @dataclass
@@ -147,6 +149,8 @@ class _Printer:
             return self.floor_op("floormod", e)
         if t in (prim.Min, prim.Max):
             macro = "UB_MIN" if t is prim.Min else "UB_MAX"
+            if dtype_of(e).startswith("float"):
+                macro = macro.replace("UB_", "UB_F")  # NaN-propagating, as PyTorch's
             return f"{macro}({self.expr(e.a)}, {self.expr(e.b)})"
         if t is prim.Not:
             return f"(!{self.expr(e.a)})"
@@ -257,7 +261,8 @@ class _Printer:
         elif t is tirx.AssertStmt:
             pass  # shapes are static; TVM's asserts guard dynamic shapes only
         else:
-            raise CompileError(f"kernel {self.name}: the C printer has no rule for TIR {t.__name__}")
+            raise CompileError(f"kernel {self.name}: the C printer has no rule for TIR "
+                               f"{t.__name__}")
         body = getattr(s, "body", None)
         if t in (tirx.AllocBuffer, tirx.DeclBuffer) and body is not None:
             self.stmt(body)
@@ -276,7 +281,8 @@ class _Printer:
         """A view of an existing buffer (FlattenBuffer's 1-D alias) shares its pointer."""
         root = decl.data.args[0] if isinstance(decl.data, ir.Call) else None
         if root is None or root not in self.buffer_names:
-            raise CompileError(f"kernel {self.name}: declaration of unknown buffer {decl.buffer.name}")
+            raise CompileError(f"kernel {self.name}: declaration of unknown buffer "
+                               f"{decl.buffer.name}")
         self.buffer_names[decl.buffer] = self.buffer_names[root]
 
 

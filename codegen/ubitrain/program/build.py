@@ -133,9 +133,13 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary):
     forward_outputs = forward_outputs if isinstance(forward_outputs, list) else [forward_outputs]
     loss, new_buffers = forward_outputs[0], forward_outputs[1:]
     calls = masks + walker.calls
+    loss_at = _last_write(calls, loss)
+    for call in calls[loss_at + 1:]:  # the backward pass: gradients and their temporaries
+        for slot in call.writes:
+            if slot.root.kind == "activation":
+                slot.root.kind = "gradient"
     loss_out = Slot("loss", (), "float32", "output")
-    check = Call("ub_check_loss", [loss], [], builtin=True)
-    calls.insert(_last_write(calls, loss) + 1, check)
+    calls.insert(loss_at + 1, Call("ub_check_loss", [loss], [], builtin=True))
     for name, new in zip(tm.buffer_updates, new_buffers):
         calls.append(Call("ub_copy", [new, state[name]], [1], builtin=True))
     coef_call, updates = _optimizer_calls(tm, optimizer, library, state, opt_state, grads)

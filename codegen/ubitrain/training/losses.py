@@ -3,7 +3,7 @@
 from tvm import relax
 from tvm.relax import op as R
 
-from ..errors import CompileError, InputError
+from ..errors import CompileError
 
 LOSSES = ("cross_entropy", "mse")
 
@@ -15,18 +15,18 @@ def label_spec(loss: str, output_shape, labels_shape, labels_dtype: str):
             raise CompileError(f"loss='cross_entropy' needs model output [batch, classes], "
                                f"got shape {list(output_shape)}")
         if not labels_dtype.startswith(("int", "uint")):
-            raise InputError(f"loss='cross_entropy' needs integer class labels, got dtype "
+            raise CompileError(f"loss='cross_entropy' needs integer class labels, got dtype "
                              f"{labels_dtype}; pass class indices (e.g. torch.long)")
         if tuple(labels_shape) != (output_shape[0],):
-            raise InputError(f"loss='cross_entropy' needs labels of shape [{output_shape[0]}] "
+            raise CompileError(f"loss='cross_entropy' needs labels of shape [{output_shape[0]}] "
                              f"(one class index per sample), got {list(labels_shape)}")
         return "int32"
     if loss == "mse":
         if tuple(labels_shape) != tuple(output_shape):
-            raise InputError(f"loss='mse' needs labels shaped like the model output "
+            raise CompileError(f"loss='mse' needs labels shaped like the model output "
                              f"{list(output_shape)}, got {list(labels_shape)}")
         if not labels_dtype.startswith("float"):
-            raise InputError(f"loss='mse' needs float labels, got dtype {labels_dtype}")
+            raise CompileError(f"loss='mse' needs float labels, got dtype {labels_dtype}")
         return "float32"
     raise CompileError(f"unknown loss {loss!r}; supported: {', '.join(LOSSES)}")
 

@@ -1,0 +1,115 @@
+"""Bad input: each gets a clear error that names what is wrong, before any C runs."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import ubitrain as ub
+
+
+def small_model():
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+X = torch.randn(4, 6)
+Y = torch.tensor([0, 1, 2, 1])
+
+
+def test_unsupported_op_names_module_path_and_op(tmp_path):
+    model = nn.Sequential(nn.Linear(6, 8), nn.Sequential(nn.Linear(8, 8), nn.ELU()),
+                          nn.Linear(8, 3))
+    with pytest.raises(ub.UnsupportedOpError) as err:
+        ub.compile(model, (X,), Y, out_dir=tmp_path / "m")
+    message = str(err.value)
+    assert "1.1: aten.elu is not supported" in message
+    assert "aten.relu" in message  # it says what would work instead
+    assert not (tmp_path / "m").exists()  # nothing written
+
+
+@pytest.mark.parametrize("labels, fragment", [
+    (torch.randn(4), "integer class labels"),
+    (torch.tensor([[0], [1], [2], [1]]), "labels of shape [4]"),
+])
+def test_bad_labels_for_cross_entropy(labels, fragment, tmp_path):
+    with pytest.raises(ub.CompileError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+        ub.compile(small_model(), (X,), labels, out_dir=tmp_path / "m")
+
+
+def test_bad_labels_for_mse(tmp_path):
+    with pytest.raises(ub.CompileError, match="shaped like the model output"):
+        ub.compile(small_model(), (X,), torch.randn(4, 2), loss="mse", out_dir=tmp_path / "m")
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"target": "esp32"}, "unknown target 'esp32'; available targets: host"),
+    ({"loss": "hinge"}, "unknown loss 'hinge'; supported: cross_entropy, mse"),
+    ({"optimizer": torch.optim.SGD}, "optimizer must be ub.SGD, ub.Adam or ub.AdamW"),
+    ({"precision": "fp16"}, "precision 'fp16' is not available"),
+    ({"trainable": ["0.weight", "nope"]}, r"trainable names \['nope'\] are not parameters"),
+    ({"memory_budget": "12 apples"}, "is not a size"),
+    ({"memory_budget": "64B"}, "the smallest budget that works"),
+])
+def test_bad_options(kwargs, fragment, tmp_path):
+    with pytest.raises(ub.CompileError, match=fragment):
+        ub.compile(small_model(), (X,), Y, out_dir=tmp_path / "m", **kwargs)
+
+
+def test_bad_optimizer_hyperparameters():
+    with pytest.raises(ub.CompileError, match="lr=-1"):
+        ub.SGD(lr=-1)
+    with pytest.raises(ub.CompileError, match="nesterov"):
+        ub.SGD(lr=0.1, nesterov=True)
+    with pytest.raises(ub.CompileError, match=r"betas\[1\]"):
+        ub.Adam(betas=(0.9, 1.5))
+
+
+def test_out_dir_that_cannot_be_created(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    with pytest.raises(ub.CompileError, match="out_dir="):
+        ub.compile(small_model(), (X,), Y, out_dir=blocker / "model")
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory):
+    out = tmp_path_factory.mktemp("errs") / "small"
+    return ub.compile(small_model(), (X,), Y, optimizer=ub.SGD(lr=0.1), out_dir=out).build()
+
+
+@pytest.mark.parametrize("x, y, fragment", [
+    (torch.randn(5, 6), Y, r"shape \[5, 6\]; the step was compiled for \[4, 6\]"),
+    (torch.ones(4, 6, dtype=torch.int32), Y, "must be a float array"),
+    (X, torch.randn(4), "must be an integer array"),
+    (X, torch.tensor([0, 1, 2, 3]), r"class indices in \[0, 3\)"),
+    (X, torch.tensor([0, 1]), r"labels has shape \[2\]"),
+])
+def test_bad_step_batches(trainer, x, y, fragment):
+    before = trainer.parameters()
+    with pytest.raises(ub.InputError, match=fragment):
+        trainer.step(x, y)
+    after = trainer.parameters()
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_non_finite_loss_leaves_parameters_unchanged(trainer):
+    before = trainer.parameters()
+    steps = trainer.steps
+    bad = X.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(ub.RuntimeStatusError, match="not finite"):
+        trainer.step(bad, Y)
+    after = trainer.parameters()
+    assert trainer.steps == steps
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    trainer.step(X, Y)  # and training goes on
+    assert trainer.steps == steps + 1
+
+
+def test_load_parameters_checks_names_and_shapes(trainer):
+    with pytest.raises(ub.InputError, match="unknown parameter names"):
+        trainer.load_parameters({"nope": np.zeros(3)})
+    with pytest.raises(ub.InputError, match="parameter '0.bias' has shape"):
+        trainer.load_parameters({"0.bias": np.zeros(3)})
+    trainer.load_parameters({"0.bias": np.full(8, 0.5, np.float32)})
+    assert np.array_equal(trainer.parameters()["0.bias"], np.full(8, 0.5, np.float32))
