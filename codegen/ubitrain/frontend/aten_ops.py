@@ -49,7 +49,8 @@ def supported_op_names() -> list[str]:
     names = set()
     for t in ATEN_CONVERTERS:
         packet = getattr(t, "_overloadpacket", None)
-        names.add("aten." + str(packet).split(".")[-1] if packet else getattr(t, "__name__", str(t)))
+        name = "aten." + str(packet).split(".")[-1] if packet else getattr(t, "__name__", str(t))
+        names.add(name)
     return sorted(names - {"getitem"})
 
 
@@ -105,6 +106,12 @@ converts(aten.mul.Tensor, aten.mul.Scalar)(_binary(R.multiply))
 converts(aten.div.Tensor, aten.div.Scalar)(_binary(R.divide))
 
 
+@converts(aten.rsub.Tensor, aten.rsub.Scalar)
+def _rsub(ctx, node, a, b, alpha=1):
+    """`rsub(a, b, alpha) = b - alpha * a` (what `2.0 - x` exports to)."""
+    return _binary(R.subtract)(ctx, node, b, a, alpha)
+
+
 @converts(aten.neg.default)
 def _neg(ctx, node, x):
     return ctx.emit(R.negative(x))
@@ -119,6 +126,11 @@ def _relu(ctx, node, x):
 @converts(aten.hardtanh.default)
 def _hardtanh(ctx, node, x, min_val=-1.0, max_val=1.0):
     return ctx.emit(R.clip(x, float(min_val), float(max_val)))
+
+
+@converts(aten.relu6.default)
+def _relu6(ctx, node, x):
+    return ctx.emit(R.clip(x, 0.0, 6.0))
 
 
 @converts(aten.sigmoid.default)

@@ -4,6 +4,10 @@
 `relax.erf`) and replaces rules whose tie-breaking differs from PyTorch: PyTorch gives ReLU
 zero gradient at exactly 0 and Hardtanh/ReLU6 zero gradient at both bounds, which matters
 because ReLU outputs feed exact zeros into later activations.
+
+It also replaces TVM's `relax.nn.conv2d` rule, which sizes the input gradient with the
+undilated kernel: every dilated convolution failed to compile (Conv2dTranspose rejects the
+output padding it computes).
 """
 
 import math
@@ -11,6 +15,7 @@ import math
 from tvm import relax
 from tvm.relax import op as R
 from tvm.relax.op.base import register_gradient
+from tvm.relax.op.grad import no_grad
 
 # Above TVM's own level (10), so these rules take precedence where TVM has one.
 OVERRIDE_LEVEL = 30
@@ -28,19 +33,74 @@ def relu_grad(orig_var, orig_call, output_grad, ctx):
 def clip_grad(orig_var, orig_call, output_grad, ctx):
     x, lo, hi = orig_call.args
     dtype = str(x.ty.dtype)
+    # The bounds are FloatImm arguments, not tensors: they take `no_grad` (a None here makes
+    # the Gradient pass crash).
     inside = R.logical_and(R.greater(x, relax.const(float(lo.value), dtype)),
                            R.less(x, relax.const(float(hi.value), dtype)))
-    return [R.where(inside, output_grad, _zero(x)), None, None]
+    return [R.where(inside, output_grad, _zero(x)), no_grad(lo), no_grad(hi)]
 
 
 def erf_grad(orig_var, orig_call, output_grad, ctx):
     x = orig_call.args[0]
     dtype = str(x.ty.dtype)
-    slope = R.multiply(R.exp(R.negative(R.multiply(x, x))), relax.const(2 / math.sqrt(math.pi), dtype))
+    slope = R.multiply(R.exp(R.negative(R.multiply(x, x))),
+                       relax.const(2 / math.sqrt(math.pi), dtype))
     return [R.multiply(output_grad, slope)]
 
 
+def _ints(values):
+    return [int(v) for v in values]
+
+
+def conv2d_grad(orig_var, orig_call, output_grad, ctx):
+    """Gradients of an NCHW/OIHW conv2d w.r.t. its input and its weight.
+
+    The input gradient is the transposed convolution of the output gradient; its output
+    padding gives back the rows and columns that no window reached, the remainder of
+    `H + 2p - dilated kernel` divided by the stride. TVM 0.27's rule used the undilated
+    kernel there. The weight gradient is the correlation of the input with the output
+    gradient (strides and dilation swap roles), with the groups moved into the batch.
+    """
+    attrs = orig_call.attrs
+    if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
+        raise ValueError("ubitrain's conv2d gradient needs NCHW data and OIHW weights")
+    data, weight = orig_call.args
+    batch, out_channels, grad_h, grad_w = _ints(orig_var.ty.shape)
+    _, in_channels, in_h, in_w = _ints(data.ty.shape)
+    _, _, kh, kw = _ints(weight.ty.shape)
+    pad_top, pad_left, pad_bottom, pad_right = _ints(attrs.padding)
+    stride_h, stride_w = _ints(attrs.strides)
+    dil_h, dil_w = _ints(attrs.dilation)
+    groups = int(attrs.groups)
+
+    reached_h = (grad_h - 1) * stride_h - pad_top - pad_bottom + dil_h * (kh - 1) + 1
+    reached_w = (grad_w - 1) * stride_w - pad_left - pad_right + dil_w * (kw - 1) + 1
+    data_grad = R.nn.conv2d_transpose(
+        output_grad, weight, strides=(stride_h, stride_w), padding=_ints(attrs.padding),
+        output_padding=(in_h - reached_h, in_w - reached_w), dilation=(dil_h, dil_w),
+        groups=groups, data_layout="NCHW", kernel_layout="IOHW", out_layout="NCHW",
+        out_dtype=attrs.out_dtype)
+
+    if groups != 1:
+        data = R.reshape(data, (batch, groups, in_channels // groups, in_h, in_w))
+        data = R.permute_dims(data, [1, 0, 2, 3, 4])
+        data = R.reshape(data, (groups * batch, in_channels // groups, in_h, in_w))
+    # [groups * batch, C/g, H, W] read as CNHW: channel = (group, sample), batch = C/g.
+    weight_grad = R.nn.conv2d(
+        data, output_grad, strides=(dil_h, dil_w), padding=_ints(attrs.padding),
+        dilation=(stride_h, stride_w), groups=groups, data_layout="CNHW",
+        kernel_layout="IOHW", out_layout="CNHW", out_dtype=attrs.out_dtype)
+    # Windows that start past the last kernel tap give extra rows and columns: drop them.
+    full_h = (in_h + pad_top + pad_bottom - (grad_h - 1) * stride_h - 1) // dil_h + 1
+    full_w = (in_w + pad_left + pad_right - (grad_w - 1) * stride_w - 1) // dil_w + 1
+    if full_h > kh or full_w > kw:
+        weight_grad = R.strided_slice(weight_grad, axes=[0, 1, 2, 3], begin=[0, 0, 0, 0],
+                                      end=[out_channels, in_channels // groups, kh, kw])
+    return [data_grad, weight_grad]
+
+
 GRADIENT_RULES = {
+    "relax.nn.conv2d": conv2d_grad,
     "relax.nn.relu": relu_grad,
     "relax.clip": clip_grad,
     "relax.erf": erf_grad,

@@ -1,0 +1,343 @@
+"""Every op of the supported table: forward and gradients from the generated C vs PyTorch.
+
+Each case compiles one small module wrapped by `op_harness.OpProbe`, takes one SGD(lr=1)
+step on the MSE loss and compares, with relative error <= 1e-4 per tensor:
+the training-mode forward output and loss, the eval-mode forward (`predict`), the gradient
+w.r.t. every input and every parameter, and the state that training updates (BatchNorm).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from op_harness import dropout_masks, rel_err, run_op
+from torch import nn
+
+
+def randn(*shape, seed=0, scale=1.0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+def randint(low, high, *shape, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(low, high, shape, generator=gen).float()
+
+
+def seeded(module: nn.Module, seed: int = 0) -> nn.Module:
+    """Give a module's parameters reproducible, non-trivial values."""
+    gen = torch.Generator().manual_seed(100 + seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    return module
+
+
+class Fn(nn.Module):
+    """A stateless op as a module: `fn(*inputs)`."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+class WithParam(nn.Module):
+    """`fn(x, w)` with `w` a parameter: broadcasting against a trained tensor."""
+
+    def __init__(self, fn, shape, seed=0):
+        super().__init__()
+        self.fn = fn
+        self.w = nn.Parameter(randn(*shape, seed=50 + seed))
+
+    def forward(self, x):
+        return self.fn(x, self.w)
+
+
+class Probed(nn.Module):
+    """`after(before(x) + probe)`: `probe` is a zero parameter, so its gradient is the
+    gradient w.r.t. the intermediate `before(x)` (e.g. the exact zeros after a ReLU)."""
+
+    def __init__(self, before, after, mid_shape):
+        super().__init__()
+        self.before, self.after = before, after
+        self.probe = nn.Parameter(torch.zeros(mid_shape))
+
+    def forward(self, x):
+        return self.after(self.before(x) + self.probe)
+
+
+def check(inner, inputs, tmp_path, **kw):
+    res = run_op(inner, inputs, tmp_path, **kw)
+    res.check()
+    return res
+
+
+# ---- convolution --------------------------------------------------------------------------
+CONV2D = {
+    # name: (Conv2d kwargs, input shape)
+    "basic": (dict(in_channels=3, out_channels=4, kernel_size=3), (2, 3, 6, 6)),
+    "pad1_nobias": (dict(in_channels=3, out_channels=4, kernel_size=3, padding=1, bias=False),
+                    (2, 3, 5, 5)),
+    # (8 - 3) % 2 != 0: the last input row and column feed no output.
+    "stride2_uncovered": (dict(in_channels=2, out_channels=3, kernel_size=3, stride=2),
+                          (2, 2, 8, 8)),
+    # (8 + 2 - 3) % 3 != 0: two rows and columns are uncovered.
+    "stride3_pad1": (dict(in_channels=2, out_channels=3, kernel_size=3, stride=3, padding=1),
+                     (2, 2, 8, 8)),
+    "dilation2": (dict(in_channels=2, out_channels=3, kernel_size=3, padding=2, dilation=2),
+                  (2, 2, 7, 7)),
+    "dilation2_stride2": (dict(in_channels=2, out_channels=2, kernel_size=3, stride=2,
+                               dilation=2, padding=1), (2, 2, 8, 8)),
+    "groups2": (dict(in_channels=4, out_channels=6, kernel_size=3, padding=1, groups=2),
+                (2, 4, 5, 5)),
+    "depthwise": (dict(in_channels=3, out_channels=3, kernel_size=3, padding=1, groups=3),
+                  (2, 3, 6, 6)),
+    "depthwise_stride2_uncovered": (dict(in_channels=4, out_channels=4, kernel_size=3,
+                                         stride=2, groups=4, bias=False), (2, 4, 8, 8)),
+    "depthwise_multiplier2": (dict(in_channels=2, out_channels=4, kernel_size=3, groups=2,
+                                   padding=1, stride=2), (2, 2, 7, 7)),
+    "groups2_dilation_stride": (dict(in_channels=4, out_channels=4, kernel_size=2, groups=2,
+                                     stride=2, dilation=2, padding=1), (2, 4, 7, 7)),
+    "rect_kernel_stride": (dict(in_channels=3, out_channels=2, kernel_size=(3, 1),
+                                stride=(2, 1), padding=(1, 0)), (2, 3, 6, 5)),
+    "pointwise_stride2": (dict(in_channels=3, out_channels=5, kernel_size=1, stride=2),
+                          (2, 3, 7, 7)),
+}
+
+
+@pytest.mark.parametrize("case", list(CONV2D))
+def test_conv2d(case, tmp_path):
+    kwargs, shape = CONV2D[case]
+    check(seeded(nn.Conv2d(**kwargs)), (randn(*shape),), tmp_path)
+
+
+@pytest.mark.parametrize("kwargs,shape", [
+    (dict(in_channels=3, out_channels=4, kernel_size=3, stride=2, padding=1), (2, 3, 10)),
+    (dict(in_channels=4, out_channels=4, kernel_size=3, dilation=2, groups=4, bias=False),
+     (2, 4, 9)),
+], ids=["stride2_pad1", "depthwise_dilation2"])
+def test_conv1d(kwargs, shape, tmp_path):
+    check(seeded(nn.Conv1d(**kwargs)), (randn(*shape),), tmp_path)
+
+
+@pytest.mark.parametrize("shape,bias", [((3, 6), True), ((2, 3, 6), True), ((2, 3, 6), False)],
+                         ids=["2d", "3d", "3d_nobias"])
+def test_linear(shape, bias, tmp_path):
+    check(seeded(nn.Linear(6, 4, bias=bias)), (randn(*shape),), tmp_path)
+
+
+# ---- normalisation ------------------------------------------------------------------------
+@pytest.mark.parametrize("affine,momentum", [(True, 0.1), (False, 0.3)],
+                         ids=["affine", "no_affine"])
+def test_batch_norm2d_training(affine, momentum, tmp_path):
+    bn = seeded(nn.BatchNorm2d(3, momentum=momentum, affine=affine))
+    with torch.no_grad():
+        bn.running_mean.copy_(randn(3, seed=7))
+        bn.running_var.copy_(randn(3, seed=8).abs() + 0.5)
+    x = randn(4, 3, 5, 5, scale=2.0) + 1.0
+    res = check(bn, (x,), tmp_path)
+    # running_mean, running_var (unbiased batch variance) and num_batches_tracked moved
+    # exactly as in PyTorch; the reference side came from nn.BatchNorm2d itself.
+    assert {"buffer:inner.running_mean", "buffer:inner.running_var",
+            "buffer:inner.num_batches_tracked"} <= set(res.want)
+    assert int(res.got["buffer:inner.num_batches_tracked"]) == 1
+    assert not np.allclose(res.got["buffer:inner.running_mean"], bn.running_mean.numpy())
+
+
+@pytest.mark.parametrize("shape,normalized,affine", [
+    ((2, 3, 8), 8, True),
+    ((2, 3, 4, 5), (4, 5), True),
+    ((3, 7), 7, False),
+], ids=["last_dim", "two_dims", "no_affine"])
+def test_layer_norm(shape, normalized, affine, tmp_path):
+    check(seeded(nn.LayerNorm(normalized, elementwise_affine=affine)),
+          (randn(*shape, scale=2.0) + 0.5,), tmp_path)
+
+
+# ---- activations --------------------------------------------------------------------------
+def _activation_input():
+    """Random values around the breakpoints plus the breakpoints themselves."""
+    x = randn(2, 3, 4, 4, seed=3, scale=3.0)
+    flat = x.view(-1)
+    flat[:10] = torch.tensor([0.0, 0.0, 6.0, 6.0, -3.0, 3.0, -6.0, 0.0, 6.0, 3.0])
+    return x
+
+
+ACTIVATIONS = {
+    "relu": nn.ReLU(),
+    "relu6": nn.ReLU6(),
+    "gelu": nn.GELU(),
+    "gelu_tanh": nn.GELU(approximate="tanh"),
+    "silu": nn.SiLU(),
+    "sigmoid": nn.Sigmoid(),
+    "tanh": nn.Tanh(),
+    "hardswish": nn.Hardswish(),
+}
+
+
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_activation(name, tmp_path):
+    check(ACTIVATIONS[name], (_activation_input(),), tmp_path)
+
+
+@pytest.mark.parametrize("act", [nn.ReLU(), nn.ReLU6()], ids=["relu", "relu6"])
+def test_activation_ties(act, tmp_path):
+    """Exactly 0 (and 6) after a ReLU feed the activation: PyTorch's gradient is 0 there."""
+    x = randint(-3, 9, 2, 3, 4, 4, seed=4)  # integers: many exact 0s and 6s
+    assert (x == 0).any() and (x == 6).any()
+    res = check(Probed(nn.ReLU(), act, x.shape), (x,), tmp_path)
+    mid_grad = res.got["grad:d_probe"]
+    assert np.all(mid_grad[x.numpy() <= 0] == 0)
+
+
+# ---- pooling and reductions ---------------------------------------------------------------
+MAXPOOL = {
+    "k2": (dict(kernel_size=2), randn(2, 3, 6, 6)),
+    "k3_s2_p1": (dict(kernel_size=3, stride=2, padding=1), randn(2, 2, 7, 7)),
+    "k2_s1_overlap": (dict(kernel_size=2, stride=1), randn(2, 2, 5, 5)),
+    "k3_s2_uncovered": (dict(kernel_size=3, stride=2), randn(2, 2, 8, 8)),
+    # Integer values: windows hold several equal maxima; PyTorch picks the first in scan
+    # order, and overlapping windows may pick the same element twice.
+    "ties_k2": (dict(kernel_size=2), randint(-2, 2, 2, 2, 6, 6, seed=5)),
+    "ties_k3_s2_p1": (dict(kernel_size=3, stride=2, padding=1),
+                      randint(-1, 2, 2, 2, 7, 7, seed=6)),
+    "ties_k2_s1": (dict(kernel_size=2, stride=1), randint(0, 2, 2, 2, 5, 5, seed=7)),
+}
+
+
+@pytest.mark.parametrize("case", list(MAXPOOL))
+def test_max_pool2d(case, tmp_path):
+    kwargs, x = MAXPOOL[case]
+    check(nn.MaxPool2d(**kwargs), (x,), tmp_path)
+
+
+@pytest.mark.parametrize("kwargs", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1)],
+                         ids=["k2", "k3_s2_p1"])
+def test_max_pool2d_after_relu_zero_windows(kwargs, tmp_path):
+    """Windows that are all zero after a ReLU: the gradient goes to the first zero."""
+    x = randn(2, 2, 6, 6, seed=9) - 1.0  # mostly negative: many all-zero windows
+    x[:, :, :2, :2] = -1.0
+    res = check(Probed(nn.ReLU(), nn.MaxPool2d(**kwargs), x.shape), (x,), tmp_path)
+    assert np.any(res.got["grad:d_probe"][x.numpy() < 0] != 0)
+
+
+AVGPOOL = {
+    "k2": (dict(kernel_size=2), (2, 3, 6, 6)),
+    "k3_s2_p1_include_pad": (dict(kernel_size=3, stride=2, padding=1), (2, 2, 7, 7)),
+    "k3_s2_p1_exclude_pad": (dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
+                             (2, 2, 7, 7)),
+    "k3_s2_uncovered": (dict(kernel_size=3, stride=2), (2, 2, 8, 8)),
+    "k2_s1_p1_exclude_pad": (dict(kernel_size=2, stride=1, padding=1, count_include_pad=False),
+                             (2, 2, 5, 5)),
+}
+
+
+@pytest.mark.parametrize("case", list(AVGPOOL))
+def test_avg_pool2d(case, tmp_path):
+    kwargs, shape = AVGPOOL[case]
+    check(nn.AvgPool2d(**kwargs), (randn(*shape),), tmp_path)
+
+
+def test_adaptive_avg_pool2d(tmp_path):
+    check(nn.AdaptiveAvgPool2d(1), (randn(2, 3, 5, 6),), tmp_path)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.mean(dim=(2, 3)),
+    lambda x: x.mean(dim=1, keepdim=True),
+    lambda x: torch.mean(x, -1),
+    lambda x: x.mean().reshape(1),
+], ids=["hw", "channel_keepdim", "last", "all"])
+def test_mean(fn, tmp_path):
+    check(Fn(fn), (randn(2, 3, 4, 5),), tmp_path)
+
+
+# ---- layout -------------------------------------------------------------------------------
+@pytest.mark.parametrize("fn,wshape", [
+    (lambda x, w: torch.flatten(x, 1) * w, (60,)),
+    (lambda x, w: x.reshape(2, -1, 4) * w, (15, 4)),
+    (lambda x, w: x.view(6, 20).sum(dim=0) * w, (20,)),
+    (lambda x, w: x.permute(0, 2, 3, 1) * w, (4, 5, 3)),
+    (lambda x, w: x.transpose(1, 2).flatten(2) * w, (4, 15)),
+    (lambda x, w: x.transpose(-1, 0).reshape(-1) * w, (120,)),
+    (lambda x, w: x.flatten().unsqueeze(0).squeeze(0)[None] * w + x.view(1, -1), (120,)),
+], ids=["flatten", "reshape", "view_sum", "permute", "transpose", "transpose_neg",
+        "squeeze_unsqueeze"])
+def test_layout(fn, wshape, tmp_path):
+    """Each layout op is followed by a product with a trained tensor, so an element in the
+    wrong place gives a wrong output and wrong gradients."""
+    check(WithParam(fn, wshape), (randn(2, 3, 4, 5),), tmp_path)
+
+
+# ---- elementwise arithmetic ---------------------------------------------------------------
+@pytest.mark.parametrize("fn,wshape", [
+    (lambda x, w: x + w, (3, 1, 1)),
+    (lambda x, w: x - w, (1, 3, 1, 1)),
+    (lambda x, w: x * w, (3, 1, 5)),
+    (lambda x, w: w / (x * x + 1.0), (4, 5)),
+    (lambda x, w: (x * w) * 0.5 - 1.5 + w, (1,)),
+    (lambda x, w: 2.0 - x * w, (2, 1, 4, 1)),
+], ids=["add_c11", "sub_1c11", "mul_c1w", "div_hw", "scalars", "rsub_n1h1"])
+def test_broadcast_arith(fn, wshape, tmp_path):
+    check(WithParam(fn, wshape), (randn(2, 3, 4, 5),), tmp_path)
+
+
+def test_binary_two_inputs(tmp_path):
+    """Both operands are inputs, broadcast against each other."""
+    fn = lambda a, b: a * b + (a - b)  # noqa: E731
+    check(Fn(fn), (randn(2, 3, 4, 5, seed=1), randn(2, 1, 4, 1, seed=2)), tmp_path)
+
+
+@pytest.mark.parametrize("fn,shapes", [
+    (lambda a, b: torch.cat([a, b], dim=1), [(2, 3, 4), (2, 2, 4)]),
+    (lambda a, b: torch.cat([b, a * 2.0, b], dim=-1), [(2, 3, 4), (2, 3, 1)]),
+], ids=["dim1", "last_dim_repeated"])
+def test_cat(fn, shapes, tmp_path):
+    check(Fn(fn), tuple(randn(*s, seed=i) for i, s in enumerate(shapes)), tmp_path)
+
+
+# ---- dropout ------------------------------------------------------------------------------
+class TwoDropouts(nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.fc = nn.Linear(6, 8)
+        self.drop1, self.drop2 = nn.Dropout(p), nn.Dropout(p)
+
+    def forward(self, x):
+        return self.drop2(torch.tanh(self.drop1(self.fc(x))))
+
+
+def test_splitmix64_reference():
+    """The numpy generator is SplitMix64 (reference outputs for seed 0 and 1234567)."""
+    from op_harness import splitmix64
+    draws, _ = splitmix64(0, 3)
+    assert [int(d) for d in draws] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
+    draws, _ = splitmix64(1234567, 3)
+    assert [int(d) for d in draws] == [6457827717110365317, 3203168211198807973,
+                                       9817491932198370423]
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_dropout(seed, tmp_path):
+    p = 0.4
+    x = randn(4, 6)
+    masks = dropout_masks(seed, [(4, 8), (4, 8)], p)
+    assert 0 < sum(int((m == 0).sum()) for m in masks) < 64
+    check(seeded(TwoDropouts(p)), (x,), tmp_path, seed=seed, dropout_masks=masks)
+
+
+def test_dropout_p0_is_identity(tmp_path):
+    res = check(seeded(TwoDropouts(0.0)), (randn(4, 6),), tmp_path)
+    assert rel_err(res.got["predict"], res.want["output"]) <= 1e-4
+
+
+# ---- the harness itself -------------------------------------------------------------------
+def test_harness_detects_a_wrong_gradient(tmp_path):
+    """A reference that differs from what the C computes must fail the check."""
+    res = run_op(nn.Tanh(), (randn(2, 5),), tmp_path)
+    res.want["grad:d_in0"] = res.want["grad:d_in0"] * (1 + 2e-4)
+    with pytest.raises(AssertionError):
+        res.check()
