@@ -205,6 +205,12 @@ MAXPOOL = {
     "ties_k3_s2_p1": (dict(kernel_size=3, stride=2, padding=1),
                       randint(-1, 2, 2, 2, 7, 7, seed=6)),
     "ties_k2_s1": (dict(kernel_size=2, stride=1), randint(0, 2, 2, 2, 5, 5, seed=7)),
+    # ceil_mode: a last, partial window; PyTorch drops a window that starts in the padding.
+    "ceil_k2_s2": (dict(kernel_size=2, ceil_mode=True), randn(2, 2, 5, 5)),
+    "dilation2_ties": (dict(kernel_size=2, stride=1, dilation=2, padding=1),
+                       randint(-1, 2, 2, 2, 6, 6, seed=8)),
+    "ceil_k2_s3_p1_dropped": (dict(kernel_size=2, stride=3, padding=1, ceil_mode=True),
+                              randn(2, 2, 5, 5)),
 }
 
 
@@ -232,6 +238,13 @@ AVGPOOL = {
     "k3_s2_uncovered": (dict(kernel_size=3, stride=2), (2, 2, 8, 8)),
     "k2_s1_p1_exclude_pad": (dict(kernel_size=2, stride=1, padding=1, count_include_pad=False),
                              (2, 2, 5, 5)),
+    "ceil_k2_s2": (dict(kernel_size=2, ceil_mode=True), (2, 2, 5, 5)),
+    "ceil_k3_s2_p1_include_pad": (dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+                                  (2, 2, 6, 6)),
+    "ceil_k3_s2_p1_exclude_pad": (dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                                       count_include_pad=False), (2, 2, 6, 6)),
+    "ceil_k2_s3_p1_dropped": (dict(kernel_size=2, stride=3, padding=1, ceil_mode=True),
+                              (2, 2, 5, 5)),
 }
 
 

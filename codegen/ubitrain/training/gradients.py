@@ -7,15 +7,20 @@ because ReLU outputs feed exact zeros into later activations.
 
 It also replaces TVM's `relax.nn.conv2d` rule, which sizes the input gradient with the
 undilated kernel: every dilated convolution failed to compile (Conv2dTranspose rejects the
-output padding it computes).
+output padding it computes). And it replaces TOPI's kernel for
+`relax.grad.avg_pool2d_backward`, whose divisor in ceil mode is not the forward's (see
+`pool_grad.py`); it is a legalization, since the Gradient pass's output keeps TVM's op.
 """
 
 import math
 
+import tvm
 from tvm import relax
 from tvm.relax import op as R
 from tvm.relax.op.base import register_gradient
 from tvm.relax.op.grad import no_grad
+
+from .pool_grad import avg_pool2d_backward, max_pool2d_backward
 
 # Above TVM's own level (10), so these rules take precedence where TVM has one.
 OVERRIDE_LEVEL = 30
@@ -46,6 +51,21 @@ def erf_grad(orig_var, orig_call, output_grad, ctx):
     slope = R.multiply(R.exp(R.negative(R.multiply(x, x))),
                        relax.const(2 / math.sqrt(math.pi), dtype))
     return [R.multiply(output_grad, slope)]
+
+
+def variance_grad(orig_var, orig_call, output_grad, ctx):
+    """d var / dx = 2/n (x - mean). TVM's rule, 2/n x - 2/n^2 sum(x), cancels catastrophically
+    when a channel's mean is large against its spread (BatchNorm after a saturated ReLU6)."""
+    x = orig_call.args[0]
+    axis, keepdims = orig_call.attrs.axis, orig_call.attrs.keepdims
+    shape = [int(d) for d in x.ty.shape]
+    axes = [int(a) % len(shape) for a in axis] if axis else list(range(len(shape)))
+    count = math.prod(shape[a] for a in axes)
+    centered = R.subtract(x, R.mean(x, axis=axes, keepdims=True))
+    if not keepdims:
+        output_grad = R.expand_dims(output_grad, axes)
+    return [R.multiply(output_grad, R.multiply(centered, relax.const(2.0 / count,
+                                                                     str(x.ty.dtype))))]
 
 
 def _ints(values):
@@ -99,11 +119,44 @@ def conv2d_grad(orig_var, orig_call, output_grad, ctx):
     return [data_grad, weight_grad]
 
 
+def legalize_avg_pool2d_backward(bb, call):
+    """`relax.grad.avg_pool2d_backward` (what TVM's avg_pool2d gradient emits) as
+    ubitrain's own kernel instead of TOPI's `pool_grad`."""
+    attrs = call.attrs
+    output_grad, x = call.args
+    if attrs.layout != "NCHW" or any(int(d) != 1 for d in attrs.dilation):
+        raise ValueError("ubitrain's avg_pool2d gradient needs NCHW and no dilation")
+    return bb.call_te(avg_pool2d_backward, output_grad, in_shape=_ints(x.ty.shape),
+                      pool_size=_ints(attrs.pool_size), strides=_ints(attrs.strides),
+                      padding=_ints(attrs.padding),
+                      count_include_pad=bool(attrs.count_include_pad),
+                      primfunc_name_hint="avg_pool2d_backward")
+
+
 GRADIENT_RULES = {
     "relax.nn.conv2d": conv2d_grad,
     "relax.nn.relu": relu_grad,
     "relax.clip": clip_grad,
     "relax.erf": erf_grad,
+    "relax.variance": variance_grad,
+}
+
+def legalize_max_pool2d_backward(bb, call):
+    """`relax.grad.max_pool2d_backward` as ubitrain's kernel: PyTorch's first-maximum
+    semantics, and dilation, which TOPI's `pool_grad` does not legalize at all."""
+    attrs = call.attrs
+    output_grad, x = call.args
+    if attrs.layout != "NCHW":
+        raise ValueError("ubitrain's max_pool2d gradient needs NCHW")
+    return bb.call_te(max_pool2d_backward, output_grad, x, pool_size=_ints(attrs.pool_size),
+                      strides=_ints(attrs.strides), padding=_ints(attrs.padding),
+                      dilation=_ints(attrs.dilation), primfunc_name_hint="max_pool2d_backward")
+
+
+# Legalizations of the ops that gradient rules emit, where TOPI's kernel is wrong.
+LEGALIZE_OVERRIDES = {
+    "relax.grad.avg_pool2d_backward": legalize_avg_pool2d_backward,
+    "relax.grad.max_pool2d_backward": legalize_max_pool2d_backward,
 }
 
 _registered = False
@@ -115,4 +168,6 @@ def register_gradients():
         return
     for op_name, rule in GRADIENT_RULES.items():
         register_gradient(op_name, rule, level=OVERRIDE_LEVEL)
+    for op_name, legalize in LEGALIZE_OVERRIDES.items():
+        tvm.ir.register_op_attr(op_name, "FLegalize", legalize, level=OVERRIDE_LEVEL)
     _registered = True
