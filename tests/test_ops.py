@@ -147,6 +147,14 @@ def test_batch_norm2d_training(affine, momentum, tmp_path):
     assert not np.allclose(res.got["buffer:inner.running_mean"], bn.running_mean.numpy())
 
 
+def test_batch_norm1d_training(tmp_path):
+    bn = seeded(nn.BatchNorm1d(4, momentum=0.2))
+    with torch.no_grad():
+        bn.running_mean.copy_(randn(4, seed=7))
+    res = check(bn, (randn(5, 4, scale=1.5),), tmp_path)
+    assert "buffer:inner.running_var" in res.want
+
+
 @pytest.mark.parametrize("shape,normalized,affine", [
     ((2, 3, 8), 8, True),
     ((2, 3, 4, 5), (4, 5), True),
@@ -162,7 +170,7 @@ def _activation_input():
     """Random values around the breakpoints plus the breakpoints themselves."""
     x = randn(2, 3, 4, 4, seed=3, scale=3.0)
     flat = x.view(-1)
-    flat[:10] = torch.tensor([0.0, 0.0, 6.0, 6.0, -3.0, 3.0, -6.0, 0.0, 6.0, 3.0])
+    flat[:12] = torch.tensor([0.0, 0.0, 6.0, 6.0, -3.0, 3.0, -6.0, 0.0, 6.0, 3.0, -1.0, 1.0])
     return x
 
 
@@ -175,6 +183,7 @@ ACTIVATIONS = {
     "sigmoid": nn.Sigmoid(),
     "tanh": nn.Tanh(),
     "hardswish": nn.Hardswish(),
+    "hardtanh": nn.Hardtanh(),
 }
 
 
@@ -263,7 +272,9 @@ def test_adaptive_avg_pool2d(tmp_path):
     lambda x: x.mean(dim=1, keepdim=True),
     lambda x: torch.mean(x, -1),
     lambda x: x.mean().reshape(1),
-], ids=["hw", "channel_keepdim", "last", "all"])
+    lambda x: x.mean(dim=[]).reshape(1),
+    lambda x: x.mean(dim=(1, 3), keepdim=True) + x.sum(dim=[0, 2], keepdim=True),
+], ids=["hw", "channel_keepdim", "last", "all", "empty_dims_is_all", "sum_and_mean"])
 def test_mean(fn, tmp_path):
     check(Fn(fn), (randn(2, 3, 4, 5),), tmp_path)
 
@@ -277,8 +288,9 @@ def test_mean(fn, tmp_path):
     (lambda x, w: x.transpose(1, 2).flatten(2) * w, (4, 15)),
     (lambda x, w: x.transpose(-1, 0).reshape(-1) * w, (120,)),
     (lambda x, w: x.flatten().unsqueeze(0).squeeze(0)[None] * w + x.view(1, -1), (120,)),
+    (lambda x, w: x.reshape(6, 20).t() * w, (20, 6)),
 ], ids=["flatten", "reshape", "view_sum", "permute", "transpose", "transpose_neg",
-        "squeeze_unsqueeze"])
+        "squeeze_unsqueeze", "t"])
 def test_layout(fn, wshape, tmp_path):
     """Each layout op is followed by a product with a trained tensor, so an element in the
     wrong place gives a wrong output and wrong gradients."""
@@ -293,15 +305,20 @@ def test_layout(fn, wshape, tmp_path):
     (lambda x, w: w / (x * x + 1.0), (4, 5)),
     (lambda x, w: (x * w) * 0.5 - 1.5 + w, (1,)),
     (lambda x, w: 2.0 - x * w, (2, 1, 4, 1)),
-], ids=["add_c11", "sub_1c11", "mul_c1w", "div_hw", "scalars", "rsub_n1h1"])
+    (lambda x, w: torch.sub(x, w, alpha=2.0) + torch.add(-x, w, alpha=0.5), (5,)),
+    (lambda x, w: x / 4.0 * w + 3 * x, (1, 1, 4, 5)),
+], ids=["add_c11", "sub_1c11", "mul_c1w", "div_hw", "scalars", "rsub_n1h1", "alpha_neg",
+        "int_scalar"])
 def test_broadcast_arith(fn, wshape, tmp_path):
     check(WithParam(fn, wshape), (randn(2, 3, 4, 5),), tmp_path)
 
 
-def test_binary_two_inputs(tmp_path):
+@pytest.mark.parametrize("shapes", [[(2, 3, 4, 5), (2, 1, 4, 1)], [(2, 1, 4, 1), (1, 3, 1, 5)]],
+                         ids=["one_side", "both_sides"])
+def test_binary_two_inputs(shapes, tmp_path):
     """Both operands are inputs, broadcast against each other."""
-    fn = lambda a, b: a * b + (a - b)  # noqa: E731
-    check(Fn(fn), (randn(2, 3, 4, 5, seed=1), randn(2, 1, 4, 1, seed=2)), tmp_path)
+    fn = lambda a, b: a * b + (a - b) / (b * b + 1.0)  # noqa: E731
+    check(Fn(fn), tuple(randn(*s, seed=i) for i, s in enumerate(shapes)), tmp_path)
 
 
 @pytest.mark.parametrize("fn,shapes", [

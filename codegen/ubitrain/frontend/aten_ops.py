@@ -78,9 +78,10 @@ def _pair(v, n=2):
 
 
 def _axes(dims, rank):
-    if dims is None:
-        return list(range(rank))
+    """Reduction axes as PyTorch reads them: None and an empty list both mean all axes."""
     dims = [dims] if isinstance(dims, int) else dims
+    if not dims:
+        return list(range(rank))
     return sorted(d % rank for d in dims)
 
 
@@ -245,7 +246,12 @@ def _batch_norm_train(ctx, node, x, w, b, running_mean, running_var, training, m
     unbiased = ctx.emit(R.multiply(ctx.emit(R.reshape(var, (c,))),
                                    as_expr(momentum * count / (count - 1), x)))
     new_var = ctx.emit(R.add(ctx.emit(R.multiply(running_var, keep)), unbiased))
-    return (y, mean, var, new_mean, new_var)
+    # aten's outputs 1 and 2 are the per-channel batch mean and inverse std (unused by the
+    # exported graphs of nn.BatchNorm*, so dead-code elimination drops them).
+    save_mean = ctx.emit(R.reshape(mean, (c,)))
+    save_rstd = ctx.emit(R.rsqrt(ctx.emit(R.add(ctx.emit(R.reshape(var, (c,))),
+                                                as_expr(eps, x)))))
+    return (y, save_mean, save_rstd, new_mean, new_var)
 
 
 @converts(aten._native_batch_norm_legit_no_training.default)
