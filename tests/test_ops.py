@@ -8,11 +8,15 @@ w.r.t. every input and every parameter, and the state that training updates (Bat
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
-from op_harness import dropout_masks, rel_err, run_op
+from op_harness import dropout_masks, reference_dropout, rel_err, run_op
 from torch import nn
+
+import ubitrain as ub
 
 
 def randn(*shape, seed=0, scale=1.0):
@@ -357,6 +361,29 @@ def test_dropout(seed, tmp_path):
     masks = dropout_masks(seed, [(4, 8), (4, 8)], p)
     assert 0 < sum(int((m == 0).sum()) for m in masks) < 64
     check(seeded(TwoDropouts(p)), (x,), tmp_path, seed=seed, dropout_masks=masks)
+
+
+def test_dropout_masks_redrawn_each_step(tmp_path):
+    """The generator's state runs on across steps: step 2 uses the next draws."""
+    p, seed = 0.4, 3
+    model = seeded(TwoDropouts(p))
+    x, y = randn(4, 6), randn(4, 8, seed=1)
+    pkg = ub.compile(model, (x,), y, loss="mse", optimizer=ub.SGD(lr=0.5),
+                     out_dir=tmp_path / "drop")
+    tr = pkg.build(seed=seed)
+    ref = copy.deepcopy(model).double()
+    opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+    masks = dropout_masks(seed, [(4, 8)] * 4, p)  # step 1: masks 0, 1; step 2: masks 2, 3
+    for step in range(2):
+        with reference_dropout(masks[2 * step:2 * step + 2]):
+            loss = torch.mean((ref(x.double()) - y.double()) ** 2)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        assert rel_err(tr.step(x, y), loss.item()) <= 1e-4
+    got = tr.parameters()
+    for name, value in ref.state_dict().items():
+        assert rel_err(got[name], value.numpy()) <= 1e-4, name
 
 
 def test_dropout_p0_is_identity(tmp_path):
