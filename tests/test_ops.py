@@ -134,14 +134,17 @@ def test_linear(shape, bias, tmp_path):
 
 
 # ---- normalisation ------------------------------------------------------------------------
-@pytest.mark.parametrize("affine,momentum", [(True, 0.1), (False, 0.3)],
-                         ids=["affine", "no_affine"])
-def test_batch_norm2d_training(affine, momentum, tmp_path):
+@pytest.mark.parametrize("affine,momentum,offset,spread", [
+    (True, 0.1, 1.0, 2.0),
+    (False, 0.3, 1.0, 2.0),
+    (True, 0.1, 50.0, 0.05),  # a mean far above the spread: the variance gradient cancels
+], ids=["affine", "no_affine", "large_mean"])
+def test_batch_norm2d_training(affine, momentum, offset, spread, tmp_path):
     bn = seeded(nn.BatchNorm2d(3, momentum=momentum, affine=affine))
     with torch.no_grad():
         bn.running_mean.copy_(randn(3, seed=7))
         bn.running_var.copy_(randn(3, seed=8).abs() + 0.5)
-    x = randn(4, 3, 5, 5, scale=2.0) + 1.0
+    x = randn(4, 3, 5, 5, scale=spread) + offset
     res = check(bn, (x,), tmp_path)
     # running_mean, running_var (unbiased batch variance) and num_batches_tracked moved
     # exactly as in PyTorch; the reference side came from nn.BatchNorm2d itself.
@@ -167,6 +170,10 @@ def test_batch_norm1d_training(tmp_path):
 def test_layer_norm(shape, normalized, affine, tmp_path):
     check(seeded(nn.LayerNorm(normalized, elementwise_affine=affine)),
           (randn(*shape, scale=2.0) + 0.5,), tmp_path)
+
+
+def test_layer_norm_large_mean(tmp_path):
+    check(seeded(nn.LayerNorm(8)), (randn(3, 8, scale=0.05) + 50.0,), tmp_path)
 
 
 # ---- activations --------------------------------------------------------------------------

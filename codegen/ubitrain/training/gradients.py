@@ -5,11 +5,13 @@
 zero gradient at exactly 0 and Hardtanh/ReLU6 zero gradient at both bounds, which matters
 because ReLU outputs feed exact zeros into later activations.
 
-It also replaces TVM's `relax.nn.conv2d` rule, which sizes the input gradient with the
+It replaces TVM's `relax.variance` rule, which cancels catastrophically (see
+`variance_grad`), and its `relax.nn.conv2d` rule, which sizes the input gradient with the
 undilated kernel: every dilated convolution failed to compile (Conv2dTranspose rejects the
-output padding it computes). And it replaces TOPI's kernel for
-`relax.grad.avg_pool2d_backward`, whose divisor in ceil mode is not the forward's (see
-`pool_grad.py`); it is a legalization, since the Gradient pass's output keeps TVM's op.
+output padding it computes). `LEGALIZE_OVERRIDES` replaces TOPI's kernels for the pooling
+gradients (see `pool_grad.py`): the avg_pool2d one divides by another window size than the
+forward in ceil mode, the max_pool2d one does not legalize dilation. Those are
+legalizations because the Gradient pass's output keeps TVM's `relax.grad.*` ops.
 """
 
 import math
@@ -133,14 +135,6 @@ def legalize_avg_pool2d_backward(bb, call):
                       primfunc_name_hint="avg_pool2d_backward")
 
 
-GRADIENT_RULES = {
-    "relax.nn.conv2d": conv2d_grad,
-    "relax.nn.relu": relu_grad,
-    "relax.clip": clip_grad,
-    "relax.erf": erf_grad,
-    "relax.variance": variance_grad,
-}
-
 def legalize_max_pool2d_backward(bb, call):
     """`relax.grad.max_pool2d_backward` as ubitrain's kernel: PyTorch's first-maximum
     semantics, and dilation, which TOPI's `pool_grad` does not legalize at all."""
@@ -152,6 +146,14 @@ def legalize_max_pool2d_backward(bb, call):
                       strides=_ints(attrs.strides), padding=_ints(attrs.padding),
                       dilation=_ints(attrs.dilation), primfunc_name_hint="max_pool2d_backward")
 
+
+GRADIENT_RULES = {
+    "relax.nn.conv2d": conv2d_grad,
+    "relax.nn.relu": relu_grad,
+    "relax.clip": clip_grad,
+    "relax.erf": erf_grad,
+    "relax.variance": variance_grad,
+}
 
 # Legalizations of the ops that gradient rules emit, where TOPI's kernel is wrong.
 LEGALIZE_OVERRIDES = {
