@@ -109,6 +109,13 @@ CONV2D = {
                                 stride=(2, 1), padding=(1, 0)), (2, 3, 6, 5)),
     "pointwise_stride2": (dict(in_channels=3, out_channels=5, kernel_size=1, stride=2),
                           (2, 3, 7, 7)),
+    "padding_valid": (dict(in_channels=2, out_channels=3, kernel_size=3, padding="valid"),
+                      (2, 2, 5, 5)),
+    # An even kernel: PyTorch pads one more at the end than at the start.
+    "padding_same_even_kernel": (dict(in_channels=2, out_channels=3, kernel_size=(2, 4),
+                                      padding="same"), (2, 2, 5, 6)),
+    "padding_same_dilation": (dict(in_channels=2, out_channels=2, kernel_size=3, dilation=2,
+                                   padding="same", groups=2), (2, 2, 6, 6)),
 }
 
 
@@ -122,7 +129,9 @@ def test_conv2d(case, tmp_path):
     (dict(in_channels=3, out_channels=4, kernel_size=3, stride=2, padding=1), (2, 3, 10)),
     (dict(in_channels=4, out_channels=4, kernel_size=3, dilation=2, groups=4, bias=False),
      (2, 4, 9)),
-], ids=["stride2_pad1", "depthwise_dilation2"])
+    (dict(in_channels=2, out_channels=3, kernel_size=4, padding="same"), (2, 2, 7)),
+    (dict(in_channels=2, out_channels=3, kernel_size=2, padding="valid"), (2, 2, 7)),
+], ids=["stride2_pad1", "depthwise_dilation2", "padding_same", "padding_valid"])
 def test_conv1d(kwargs, shape, tmp_path):
     check(seeded(nn.Conv1d(**kwargs)), (randn(*shape),), tmp_path)
 

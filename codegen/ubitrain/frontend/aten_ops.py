@@ -176,25 +176,36 @@ def _linear(ctx, node, x, w, b=None):
     return ctx.emit(R.add(y, b)) if b is not None else y
 
 
-def _conv2d(ctx, x, w, b, stride, padding, dilation, groups):
+def _conv_padding(ctx, padding, kernel, dilation) -> list[int]:
+    """[top, left, bottom, right] for integer padding, "valid" or "same". For "same",
+    PyTorch splits `dilation * (kernel - 1)` with the odd one at the end."""
+    if padding == "valid":
+        return [0, 0, 0, 0]
+    if padding == "same":
+        total = [d * (k - 1) for d, k in zip(dilation, kernel)]
+        return [total[0] // 2, total[1] // 2, total[0] - total[0] // 2, total[1] - total[1] // 2]
     if isinstance(padding, str):
-        if padding != "valid":
-            unsupported(ctx, f"conv padding={padding!r}", "give the padding as integers")
-        padding = 0
+        unsupported(ctx, f"conv padding={padding!r}", "use integers, 'valid' or 'same'")
     ph, pw = _pair(padding)
-    y = ctx.emit(R.nn.conv2d(x, w, strides=_pair(stride), padding=[ph, pw, ph, pw],
-                             dilation=_pair(dilation), groups=groups))
+    return [ph, pw, ph, pw]
+
+
+def _conv2d(ctx, x, w, b, stride, padding, dilation, groups):
+    dilation = _pair(dilation)
+    pad = _conv_padding(ctx, padding, shape_of(w)[2:], dilation)
+    y = ctx.emit(R.nn.conv2d(x, w, strides=_pair(stride), padding=pad, dilation=dilation,
+                             groups=groups))
     if b is not None:
         y = ctx.emit(R.add(y, ctx.emit(R.reshape(b, (1, shape_of(b)[0], 1, 1)))))
     return y
 
 
-@converts(aten.conv2d.default)
+@converts(aten.conv2d.default, aten.conv2d.padding)
 def _conv2d_aten(ctx, node, x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     return _conv2d(ctx, x, w, b, stride, padding, dilation, groups)
 
 
-@converts(aten.conv1d.default)
+@converts(aten.conv1d.default, aten.conv1d.padding)
 def _conv1d(ctx, node, x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     """Conv1d is a Conv2d over a height of one."""
     n, c, length = shape_of(x)
