@@ -294,7 +294,9 @@ def test_adaptive_avg_pool2d(tmp_path):
     lambda x: x.mean().reshape(1),
     lambda x: x.mean(dim=[]).reshape(1),
     lambda x: x.mean(dim=(1, 3), keepdim=True) + x.sum(dim=[0, 2], keepdim=True),
-], ids=["hw", "channel_keepdim", "last", "all", "empty_dims_is_all", "sum_and_mean"])
+    lambda x: x.sum().reshape(1, 1, 1) * x.mean(dim=1, keepdim=True).squeeze(),
+], ids=["hw", "channel_keepdim", "last", "all", "empty_dims_is_all", "sum_and_mean",
+        "sum_all_squeeze_all"])
 def test_mean(fn, tmp_path):
     check(Fn(fn), (randn(2, 3, 4, 5),), tmp_path)
 

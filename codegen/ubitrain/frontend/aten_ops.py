@@ -346,9 +346,11 @@ def _unsqueeze(ctx, node, x, dim):
     return _reshape_to(ctx, x, shape)
 
 
-@converts(aten.squeeze.dim, aten.squeeze.dims)
-def _squeeze(ctx, node, x, dims):
+@converts(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default)
+def _squeeze(ctx, node, x, dims=None):
     shape = shape_of(x)
+    if dims is None:  # x.squeeze(): every axis of size one
+        dims = range(len(shape))
     dims = {d % len(shape) for d in ([dims] if isinstance(dims, int) else dims)}
     return _reshape_to(ctx, x, [s for i, s in enumerate(shape) if not (i in dims and s == 1)])
 
