@@ -107,7 +107,7 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
     tm = build_training_module(model, example_inputs, labels, loss, trainable)
     library = KernelLibrary(tgt.isa)
     train, predict, state, opt_state, inputs, label_slot, output = build_programs(
-        tm, optimizer, library)
+        tm, optimizer, library, tgt.accumulate_dtype)
     plan = plan_memory([train, predict], alignment=tgt.alignment)
     if memory_budget is not None:
         from .memory.budget import check_budget

@@ -16,13 +16,16 @@ from tvm import relax, te
 
 from ..errors import CompileError
 from ..kernels.library import KernelLibrary
+from ..lowering.reductions import reduction_legalizations
 from ..training.graph import TrainingModule
 from .ir import Call, Program, Slot
 
 
-def legalize(mod: tvm.IRModule) -> tvm.IRModule:
-    keep_reshape = {"relax.reshape": lambda bb, call: call}
-    mod = relax.transform.LegalizeOps(customize_legalize_map=keep_reshape)(mod)
+def legalize(mod: tvm.IRModule, accumulate_dtype: str = "float32") -> tvm.IRModule:
+    custom = {"relax.reshape": lambda bb, call: call}  # kept as a view, never a kernel
+    if accumulate_dtype != "float32":
+        custom.update(reduction_legalizations(accumulate_dtype))
+    mod = relax.transform.LegalizeOps(customize_legalize_map=custom)(mod)
     return relax.transform.DeadCodeElimination(["main", "predict"])(mod)
 
 
@@ -110,9 +113,10 @@ def _state_slots(tm: TrainingModule, optimizer) -> tuple[dict[str, Slot], dict[s
     return state, opt_state
 
 
-def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary):
+def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
+                   accumulate_dtype: str = "float32"):
     """Return (train_step, predict, state slots, optimizer state slots, io slots)."""
-    mod = legalize(tm.mod)
+    mod = legalize(tm.mod, accumulate_dtype)
     state, opt_state = _state_slots(tm, optimizer)
     g = tm.graph
     inputs = [Slot(spec.name, spec.shape, spec.dtype, "input") for spec in g.input_specs]

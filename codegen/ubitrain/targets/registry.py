@@ -14,6 +14,7 @@ class Target:
     isa: str  # kernel variant token (CONVENTIONS.md): scalar, neon, hvx, cmsis_dsp
     alignment: int  # arena and buffer alignment in bytes
     runs_on_host: bool
+    accumulate_dtype: str = "float64"  # reductions' accumulator; float32 without a DP FPU
     cmake_args: tuple[str, ...] = ()
 
 
