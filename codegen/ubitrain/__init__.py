@@ -6,8 +6,14 @@
 """
 
 from .api import Package, compile
-from .errors import (BuildError, CompileError, InputError, RuntimeStatusError, UbitrainError,
-                     UnsupportedOpError)
+from .errors import (
+                     BuildError,
+                     CompileError,
+                     InputError,
+                     RuntimeStatusError,
+                     UbitrainError,
+                     UnsupportedOpError,
+)
 from .optim import SGD, Adam, AdamW
 
 __all__ = ["compile", "Package", "SGD", "Adam", "AdamW", "CompileError", "UnsupportedOpError",

@@ -95,11 +95,11 @@ def check_supported(exported) -> None:
 
 
 def _op_label(target) -> str:
-    name = getattr(target, "__name__", str(target))
-    overload = getattr(target, "_overloadpacket", None)
-    if overload is not None:
-        name = "aten." + str(overload).split(".")[-1]
-    return name
+    """"aten.elu" for a default overload, "aten.conv2d.padding" for another one."""
+    if getattr(target, "_overloadpacket", None) is None:
+        return getattr(target, "__name__", str(target))
+    name = str(target)
+    return name[: -len(".default")] if name.endswith(".default") else name
 
 
 def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool,
@@ -123,17 +123,20 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
     placeholders = [n for n in exported.graph.nodes if n.op == "placeholder"]
     user_inputs = iter(example_inputs)
     for spec, node in zip(signature.input_specs, placeholders):
-        target = spec.target
-        if target is not None and target in state_dict:
+        kind, target = spec.kind.name, spec.target
+        if kind in ("PARAMETER", "BUFFER"):
             tensor = state_dict[target].detach()
             var = relax.Var(_c_name(target), relax.TensorType(tuple(tensor.shape),
                                                             _dtype_name(tensor.dtype)))
             state.append(StateTensor(target, tensor.cpu().numpy().copy(), target in param_names))
             state_vars[target] = var
+        elif kind == "CONSTANT_TENSOR":  # a plain tensor attribute: part of the graph
+            var = relax.const(exported.constants[target].detach().cpu().numpy())
         else:
-            example = next(user_inputs)
+            example = next(user_inputs, None)
             if not isinstance(example, torch.Tensor):
-                raise CompileError(f"model input {node.name} must be a tensor, got {type(example)}")
+                raise CompileError(f"model input {node.name} must be a tensor, got "
+                                   f"{type(example).__name__}")
             var = relax.Var(node.name, relax.TensorType(tuple(example.shape),
                                                       _dtype_name(example.dtype)))
             inputs.append(var)

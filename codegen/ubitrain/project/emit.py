@@ -19,7 +19,7 @@ from ..memory.plan import MemoryPlan
 from ..program.ir import Call, Program, Slot
 
 TEMPLATES = Path(__file__).parent / "templates"
-RUNTIME_C = Path(__file__).resolve().parents[3] / "runtime_c"
+RUNTIME_C = Path(__file__).parent.parent / "runtime_c"  # a link to the top-level runtime_c/
 DTYPE_CODES = {"float32": "UB_F32", "int64": "UB_I64", "int32": "UB_I32", "int8": "UB_I8"}
 KIND_CODES = {"parameter": "UB_PARAMETER", "buffer": "UB_BUFFER",
               "optimizer_state": "UB_OPTIMIZER_STATE"}

@@ -44,6 +44,18 @@ def resolve_trainable(graph: ForwardGraph, trainable) -> list[str]:
     return [p for p in params if p in set(trainable)]
 
 
+def _adjoint_as_main(mod: tvm.IRModule) -> tvm.IRModule:
+    """Keep every function (kernels that gradient rules emitted included) under its own
+    GlobalVar, with the differentiated step as "main"."""
+    out = tvm.IRModule()
+    for gvar, func in mod.functions.items():
+        if gvar.name_hint == "main_adjoint":
+            out["main"] = func
+        elif gvar.name_hint != "main":
+            out[gvar] = func
+    return out
+
+
 def build_training_module(model: torch.nn.Module, example_inputs: tuple, labels, loss: str,
                           trainable=None) -> TrainingModule:
     register_gradients()
@@ -71,7 +83,7 @@ def build_training_module(model: torch.nn.Module, example_inputs: tuple, labels,
             mod = relax.transform.Gradient("main", require_grads=require, target_index=0)(mod)
         except Exception as err:  # a Relax op with no gradient rule
             raise CompileError(f"taking the gradient failed: {str(err).splitlines()[-1]}") from None
-        mod = tvm.IRModule({"main": mod["main_adjoint"], "predict": mod["predict"]})
+        mod = _adjoint_as_main(mod)
     return TrainingModule(mod=mod, graph=graph, predict_graph=predict_graph,
                           labels_shape=labels_shape, labels_dtype=holder["labels_dtype"],
                           trainable=names, buffer_updates=holder["updates"])
