@@ -20,24 +20,10 @@ import torch
 from torch import nn
 
 import ubitrain as ub
+from ubitrain.zoo import DigitsCNN
 
 BATCH = 32
 CLASSES = 10
-
-
-class DigitsCNN(nn.Module):
-    """conv-BN-ReLU-pool, conv-ReLU, linear: 8x8 grey images in, 10 logits out."""
-
-    def __init__(self):
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(),
-        )
-        self.classifier = nn.Linear(16 * 4 * 4, CLASSES)
-
-    def forward(self, x):
-        return self.classifier(torch.flatten(self.features(x), 1))
 
 
 def load_data(seed: int = 0, test_size: float = 0.25):

@@ -126,12 +126,12 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
     train_fn = mod["main"]
     env = dict(zip(train_fn.params, inputs + [labels] + [state[s.name] for s in g.state]))
     walker = _FunctionWalker(mod, library, env, "tr_")
+    # Dropout masks are the function's last parameters; the runtime draws them first.
     masks = []
-    for (mask_var, p), param in zip(g.dropout_masks, train_fn.params[-len(g.dropout_masks):]
-                                    if g.dropout_masks else []):
-        slot = walker.new_slot(mask_var.ty, "mask", "mask")
-        env[param] = slot
-        masks.append(Call("ub_dropout_mask", [slot], [0], builtin=True, attrs={"p": p}))
+    mask_params = train_fn.params[len(train_fn.params) - len(g.dropout_masks):]
+    for (mask_var, p), param in zip(g.dropout_masks, mask_params):
+        env[param] = walker.new_slot(mask_var.ty, "mask", "mask")
+        masks.append(Call("ub_dropout_mask", [env[param]], [0], builtin=True, attrs={"p": p}))
     result = walker.walk(train_fn)
     forward_outputs, grads = (result, []) if not tm.trainable else result
     forward_outputs = forward_outputs if isinstance(forward_outputs, list) else [forward_outputs]
