@@ -94,9 +94,10 @@ class CKernel:
 
 
 class _Printer:
-    def __init__(self, func: tirx.PrimFunc, name: str):
+    def __init__(self, func: tirx.PrimFunc, name: str, in_place: bool = False):
         self.func = func
         self.name = name
+        self.in_place = in_place
         self.lines: list[str] = []
         self.indent = 1
         self.buffer_names: dict = {}  # buffer data Var -> C name
@@ -220,6 +221,9 @@ class _Printer:
     def stmt(self, s):
         t = type(s)
         if t is tirx.SeqStmt:
+            if self.in_place and all(type(c) is tirx.BufferStore for c in s.seq):
+                self.stores_after_loads(s.seq)
+                return
             for child in s.seq:
                 self.stmt(child)
         elif t is tirx.For:
@@ -267,6 +271,19 @@ class _Printer:
         if t in (tirx.AllocBuffer, tirx.DeclBuffer) and body is not None:
             self.stmt(body)
 
+    def stores_after_loads(self, stores):
+        """Compute every stored value before the first store: in an in-place kernel an output
+        aliases an input that a later value of the same element still reads."""
+        values = []
+        for store in stores:
+            name = self.fresh("value")
+            ctype = c_type(dtype_of(store.value))
+            self.emit(f"const {ctype} {name} = {self.expr(store.value)};")
+            values.append(name)
+        for store, name in zip(stores, values):
+            self.written_vars.add(self.buf(store.buffer))
+            self.emit(f"{self.buf(store.buffer)}[{self.index(store.indices)}] = {name};")
+
     def alloc(self, buffer):
         """An internal buffer becomes a slice of the kernel's scratch argument."""
         elements = int(np.prod([int(x) for x in buffer.shape]))
@@ -291,9 +308,13 @@ def _aligned_bytes(dtype: str, elements: int) -> int:
     return (nbytes + 15) // 16 * 16
 
 
-def print_kernel(func: tirx.PrimFunc, name: str, restrict: bool = True) -> CKernel:
-    """Print `func` (already lowered) as a C function called `name`."""
-    p = _Printer(func, name)
+def print_kernel(func: tirx.PrimFunc, name: str, in_place: bool = False) -> CKernel:
+    """Print `func` (already lowered) as a C function called `name`.
+
+    An `in_place` kernel is called with outputs aliasing inputs (element by element): its
+    pointers are not `restrict`, and each element's values are all computed before any is
+    stored."""
+    p = _Printer(func, name, in_place)
     params = []
     for buffer in func.params:
         if not isinstance(buffer.ty, tirx.BufferType):
@@ -307,7 +328,7 @@ def print_kernel(func: tirx.PrimFunc, name: str, restrict: bool = True) -> CKern
     args = ["uint8_t *restrict ub_scratch"]
     for i, (cname, dtype, _, _) in enumerate(params):
         const = "" if i in written else "const "
-        qualifier = " *restrict " if restrict else " *"
+        qualifier = " *" if in_place else " *restrict "
         args.append(f"{const}{c_type(dtype)}{qualifier}{cname}")
     header = f"static int32_t {name}({', '.join(args)})"
     unused = "    (void)ub_scratch;\n" if not p.scratch else ""

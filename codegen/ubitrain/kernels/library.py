@@ -26,8 +26,7 @@ class KernelLibrary:
     def add(self, func: tirx.PrimFunc, op_name: str, in_place: bool = False) -> CKernel:
         """Print `func` unless a structurally equal kernel is already in the library.
 
-        `in_place` kernels are called with an output aliasing an input, so their pointers
-        are printed without `restrict`."""
+        `in_place` kernels are called with outputs aliasing inputs (see `print_kernel`)."""
         key = tvm_ffi.structural_hash(func)
         for known, kernel in self._by_hash.get(key, []):
             if tvm_ffi.structural_equal(known, func):
@@ -41,7 +40,7 @@ class KernelLibrary:
             lowered = lower_prim_func(schedule(func))
         except Exception as err:
             raise CompileError(f"lowering kernel {op_name} failed: {err}") from err
-        kernel = print_kernel(lowered, name, restrict=not in_place)
+        kernel = print_kernel(lowered, name, in_place=in_place)
         self.kernels[name] = kernel
         self._by_hash.setdefault(key, []).append((func, kernel))
         return kernel
