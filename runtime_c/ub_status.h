@@ -11,5 +11,8 @@
 #define UB_ERR_NONFINITE_LOSS (-6)    /* the loss is NaN or infinite; nothing was updated */
 #define UB_ERR_INDEX (-7)             /* a tensor index is out of range */
 #define UB_ERR_SIZE (-8)              /* a copy size does not match the tensor's size */
+#define UB_ERR_STORAGE (-9)           /* the storage failed to read or write */
+#define UB_ERR_NO_CHECKPOINT (-10)    /* no slot holds a complete, valid checkpoint */
+#define UB_ERR_CHECKPOINT_MISMATCH (-11) /* the checkpoint is of another model or size */
 
 #endif

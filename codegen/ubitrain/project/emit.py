@@ -7,6 +7,7 @@ memory plan, so the statements index one caller-supplied arena and nothing else.
 from __future__ import annotations
 
 import shutil
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,7 +132,7 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
         alignment=plan.alignment, batch=inputs[0].shape[0] if inputs[0].shape else 1,
         inputs=[_io(x) for x in inputs], labels=_io(labels), output=_io(output),
         tensors=tensors, constants=constants, initial=initial, zeroed=zeroed, kernels=kernels,
-        classes=classes,
+        classes=classes, state_bytes=plan.persistent_bytes, model_id=_layout_id(tensors),
         train_body=[printer.statement(c) for c in train.calls],
         predict_body=[printer.statement(c) for c in predict.calls],
     )
@@ -147,6 +148,12 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
     except OSError as err:
         raise CompileError(f"cannot write the C project to out_dir={str(out_dir)!r}: "
                            f"{err.strerror}; pass an out_dir you can write to") from None
+
+
+def _layout_id(tensors) -> int:
+    """Tags checkpoints: names, shapes and offsets of the state, hashed."""
+    text = ";".join(f"{t['name']}:{t['shape4']}:{t['offset']}:{t['bytes']}" for t in tensors)
+    return zlib.crc32(text.encode())
 
 
 def _tensor_row(name, slot, plan, kind, trainable):

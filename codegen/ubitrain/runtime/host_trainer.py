@@ -22,6 +22,9 @@ STATUS_TEXT = {
     -6: "the loss is not finite (NaN or inf); no parameter was updated",
     -7: "tensor index out of range",
     -8: "tensor size mismatch",
+    -9: "the storage failed to read or write",
+    -10: "no complete checkpoint found",
+    -11: "the checkpoint belongs to another model or layout",
 }
 DTYPES = {0: np.float32, 1: np.int64, 2: np.int32, 3: np.int8}
 
@@ -31,6 +34,15 @@ class _TensorInfo(ctypes.Structure):
                 ("ndim", ctypes.c_uint32), ("shape", ctypes.c_uint32 * 4),
                 ("offset", ctypes.c_uint32), ("bytes", ctypes.c_uint32),
                 ("trainable", ctypes.c_uint32)]
+
+
+class _Storage(ctypes.Structure):  # runtime_c/ub_storage.h
+    _fields_ = [("user", ctypes.c_void_p), ("block_bytes", ctypes.c_uint32),
+                ("read", ctypes.c_void_p), ("write", ctypes.c_void_p)]
+
+
+class _FileStorage(ctypes.Structure):  # runtime_c/ub_storage_file.h
+    _fields_ = [("prefix", ctypes.c_char * 240)]
 
 
 class _Ctx(ctypes.Structure):
@@ -125,6 +137,29 @@ class HostTrainer:
         self._check(self._predict(ctypes.byref(self.ctx), *[_ptr(x) for x in arrays],
                                   _ptr(out)), "predict")
         return out
+
+    def _storage(self, path) -> tuple[_FileStorage, _Storage]:
+        files, storage = _FileStorage(), _Storage()
+        open_storage = self.lib.ub_file_storage_open
+        open_storage.restype = ctypes.c_int32
+        self._check(open_storage(ctypes.byref(files), ctypes.byref(storage),
+                                 str(path).encode()), f"opening storage {path}")
+        return files, storage
+
+    def save(self, path) -> None:
+        """A crash-safe checkpoint (parameters, buffers, optimizer state, step counter) in
+        the files `<path>.0` and `<path>.1`: a save cut short leaves the previous one."""
+        files, storage = self._storage(path)
+        save = getattr(self.lib, f"ub_{self.package.model_name}_save")
+        save.restype = ctypes.c_int32
+        self._check(save(ctypes.byref(self.ctx), ctypes.byref(storage)), f"save({path})")
+
+    def restore(self, path) -> None:
+        """Restore the last complete checkpoint saved at `path`."""
+        files, storage = self._storage(path)
+        restore = getattr(self.lib, f"ub_{self.package.model_name}_restore")
+        restore.restype = ctypes.c_int32
+        self._check(restore(ctypes.byref(self.ctx), ctypes.byref(storage)), f"restore({path})")
 
     def _read(self, i) -> np.ndarray:
         name, _, dtype, shape, nbytes = self.tensors[i]
