@@ -27,7 +27,8 @@ int main(void) {
     ub_m_ctx ctx;
     if (ub_m_init(&ctx, arena, UB_M_ARENA_BYTES, 7) != UB_OK) return 1;
     for (int step = 0; step < 3; ++step) {
-        for (int i = 0; i < UB_M_INPUT0_ELEMENTS; ++i) x[i] = (float)((i * 37 + step * 11) % 23) / 23.0f - 0.5f;
+        for (int i = 0; i < UB_M_INPUT0_ELEMENTS; ++i)
+            x[i] = (float)((i * 37 + step * 11) % 23) / 23.0f - 0.5f;
         for (int i = 0; i < UB_M_LABEL_ELEMENTS; ++i) labels[i] = (i + step) % 10;
         float loss;
         int32_t st = ub_m_train_step(&ctx, x, labels, &loss);
