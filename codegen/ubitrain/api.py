@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from .errors import CompileError
+from .frontend.onnx_import import is_onnx_model, load_onnx
 from .kernels.library import KernelLibrary
 from .memory.plan import MemoryPlan, plan_memory
 from .optim import OPTIMIZERS, SGD
@@ -95,8 +96,11 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
     if not isinstance(optimizer, OPTIMIZERS):
         raise CompileError(f"optimizer must be ub.SGD, ub.Adam or ub.AdamW, got "
                            f"{type(optimizer).__name__}")
-    if not isinstance(model, torch.nn.Module):
-        raise CompileError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if is_onnx_model(model):
+        model = load_onnx(model)
+    elif not isinstance(model, torch.nn.Module):
+        raise CompileError(f"model must be a torch.nn.Module, an .onnx path or an "
+                           f"onnx.ModelProto, got {type(model).__name__}")
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
     example_inputs = tuple(_as_tensor(x, "example input") for x in example_inputs)

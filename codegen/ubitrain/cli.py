@@ -29,7 +29,8 @@ Run "ubitrain COMMAND --help" for the options of a command."""
 COMPILE_HELP = """\
 Compile a model into a C training project.
 
-MODEL is "path/to/file.py:factory". The file is imported and factory() is called; it
+MODEL is "path/to/model.onnx" (exported from PyTorch in training mode: see the README), or
+"path/to/file.py:factory". The file is imported and factory() is called; it
 returns either
   * (module, example_inputs, labels): a torch.nn.Module, a tuple with one batch of every
     model input, and one batch of labels (integer class indices of shape [batch] for
@@ -231,6 +232,38 @@ def model_from_factory(factory, label: str, batch: int | None, input_shape: str 
     return module, tuple(inputs), labels
 
 
+def model_from_onnx(path: str, batch: int | None, input_shape: str | None, loss: str):
+    """The ONNX model, example inputs shaped from its graph (a symbolic batch dimension
+    takes --batch; --input-shape replaces a sample's shape) and labels for the loss."""
+    import torch
+
+    from .errors import CompileError
+    from .frontend.onnx_import import load_onnx
+
+    model = load_onnx(path)
+    initializers = {t.name for t in model.graph.initializer}
+    graph_inputs = [i for i in model.graph.input if i.name not in initializers]
+
+    def shape(value_info, sample=None):
+        dims = [d.dim_value or None for d in value_info.type.tensor_type.shape.dim]
+        if sample is not None:
+            dims = dims[:1] + list(sample)
+        dims[0] = batch or dims[0]
+        if None in dims:
+            raise CompileError(f"{path}: {value_info.name} has a dimension that is not fixed "
+                               f"({dims}); give --batch and --input-shape")
+        return tuple(dims)
+
+    sample = _parse_shape(input_shape) if input_shape else None
+    inputs = tuple(torch.zeros(shape(i, sample)) for i in graph_inputs)
+    n = inputs[0].shape[0]
+    if loss == "mse":
+        labels = torch.zeros(shape(model.graph.output[0]))
+    else:
+        labels = torch.zeros(n, dtype=torch.long)
+    return model, inputs, labels
+
+
 def _parameters(fn) -> dict:
     try:
         return dict(inspect.signature(fn).parameters)
@@ -270,14 +303,21 @@ def cmd_compile(args) -> int:
     if args.batch is not None and args.batch < 1:
         raise ub.CompileError(f"--batch {args.batch} must be at least 1")
     optimizer = make_optimizer(args.optimizer, args.lr, args.momentum, args.weight_decay)
-    factory = load_factory(args.model)
-    module, inputs, labels = model_from_factory(factory, args.model, args.batch, args.input_shape,
-                                                args.loss)
-    out_dir = Path(args.out_dir or Path("build") / Path(args.model.rpartition(":")[0]).stem)
+    if args.model.endswith(".onnx"):
+        module, inputs, labels = model_from_onnx(args.model, args.batch, args.input_shape,
+                                                 args.loss)
+        stem = Path(args.model).stem
+    else:
+        factory = load_factory(args.model)
+        module, inputs, labels = model_from_factory(factory, args.model, args.batch,
+                                                    args.input_shape, args.loss)
+        stem = Path(args.model.rpartition(":")[0]).stem
+    out_dir = Path(args.out_dir or Path("build") / stem)
     pkg = ub.compile(module, inputs, labels, loss=args.loss, optimizer=optimizer,
                      target=args.target, memory_budget=args.memory_budget, out_dir=out_dir)
     batch = int(inputs[0].shape[0]) if len(inputs[0].shape) else 1
-    print(f"compiled {type(module).__name__} for target {args.target} in "
+    name = Path(args.model).name if args.model.endswith(".onnx") else type(module).__name__
+    print(f"compiled {name} for target {args.target} in "
           f"{pkg.compile_seconds:.1f} s: batch {batch}, {len(pkg.trainable)} trainable "
           f"tensor(s), {pkg.kernel_count} C kernels")
     print(f"memory plan: {pkg.memory_plan.summary()}")

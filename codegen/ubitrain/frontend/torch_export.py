@@ -5,51 +5,19 @@ for training, so ubitrain walks the exported FX graph itself. The export is func
 (`run_decompositions({})`): every op is out of place, and the graph signature says which
 outputs are the new values of mutated buffers (BatchNorm's running stats).
 
-The result is a `ForwardGraph`: a Relax function whose parameters are the model inputs, then
-every parameter and buffer, then one mask per Dropout, and whose outputs are the model output
-followed by the new value of every mutated buffer.
+The result is a `ForwardGraph` (frontend/forward.py).
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from tvm import relax
 
 from ..errors import CompileError, UnsupportedOpError
 from .aten_ops import ATEN_CONVERTERS, ConvertContext, supported_op_names
-
-
-@dataclass
-class TensorSpec:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-
-@dataclass
-class StateTensor:
-    """A parameter or buffer of the module, keyed by its state_dict name."""
-
-    name: str
-    value: np.ndarray
-    is_parameter: bool
-
-
-@dataclass
-class ForwardGraph:
-    """A model's forward pass as Relax, with everything the training graph needs to know."""
-
-    inputs: list[relax.Var]
-    input_specs: list[TensorSpec]
-    state: list[StateTensor]
-    state_vars: dict[str, relax.Var]
-    output: relax.Expr
-    buffer_updates: dict[str, relax.Expr] = field(default_factory=dict)
-    dropout_masks: list[tuple[relax.Var, float]] = field(default_factory=list)
+from .forward import StateTensor, TensorSpec, c_name, emit_forward
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -103,7 +71,7 @@ def _op_label(target) -> str:
 
 
 def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool,
-                   extend=None) -> tuple[relax.Function, ForwardGraph]:
+                   extend=None) -> tuple:
     """Convert `model` into a Relax function.
 
     `extend(bb, graph)` runs inside the function's dataflow block after the forward pass and
@@ -126,7 +94,7 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
         kind, target = spec.kind.name, spec.target
         if kind in ("PARAMETER", "BUFFER"):
             tensor = state_dict[target].detach()
-            var = relax.Var(_c_name(target), relax.TensorType(tuple(tensor.shape),
+            var = relax.Var(c_name(target), relax.TensorType(tuple(tensor.shape),
                                                             _dtype_name(tensor.dtype)))
             state.append(StateTensor(target, tensor.cpu().numpy().copy(), target in param_names))
             state_vars[target] = var
@@ -147,35 +115,20 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
     mutation_targets = {o.arg.name: o.target for o in signature.output_specs
                         if o.kind.name == "BUFFER_MUTATION"}
     ctx = ConvertContext(bb=bb, training=training)
-    with bb.function("main"):
-        with bb.dataflow():
-            outputs = []
-            for node in exported.graph.nodes:
-                if node.op == "call_function":
-                    ctx.where = _module_path(node)
-                    env[node] = _convert(ctx, node, env)
-                elif node.op == "output":
-                    outputs = list(node.args[0])
-            user_outputs = [o for o in outputs if o.name not in mutation_targets]
-            if len(user_outputs) != 1:
-                raise CompileError(
-                    f"the model returns {len(user_outputs)} tensors; ubitrain trains a model "
-                    "with exactly one output tensor (the logits or prediction)"
-                )
-            graph = ForwardGraph(
-                inputs=inputs, input_specs=input_specs, state=state, state_vars=state_vars,
-                output=env[user_outputs[0]],
-                buffer_updates={mutation_targets[o.name]: env[o] for o in outputs
-                                if o.name in mutation_targets},
-                dropout_masks=ctx.dropout_masks,
-            )
-            extra_params, results = extend(bb, graph) if extend else ([], [graph.output])
-            results = [bb.emit_output(r) for r in results]
-        params = inputs + extra_params + [state_vars[s.name] for s in state]
-        params += [mask for mask, _ in ctx.dropout_masks]
-        bb.emit_func_output(relax.Tuple(results) if len(results) > 1 else results[0],
-                            params=params)
-    return bb.get(), graph
+
+    def body():
+        outputs = []
+        for node in exported.graph.nodes:
+            if node.op == "call_function":
+                ctx.where = _module_path(node)
+                env[node] = _convert(ctx, node, env)
+            elif node.op == "output":
+                outputs = list(node.args[0])
+        user_outputs = [env[o] for o in outputs if o.name not in mutation_targets]
+        updates = {mutation_targets[o.name]: env[o] for o in outputs if o.name in mutation_targets}
+        return user_outputs, updates
+
+    return emit_forward(ctx, inputs, input_specs, state, state_vars, body, extend)
 
 
 def _convert(ctx: ConvertContext, node, env):
@@ -196,6 +149,3 @@ def _convert(ctx: ConvertContext, node, env):
         raise CompileError(f"{ctx.where}: converting {_op_label(node.target)} failed: "
                            f"{err}") from err
 
-
-def _c_name(name: str) -> str:
-    return "p_" + "".join(c if c.isalnum() else "_" for c in name)

@@ -15,7 +15,9 @@ import tvm
 from tvm import relax
 
 from ..errors import CompileError
-from ..frontend.torch_export import ForwardGraph, import_forward
+from ..frontend.forward import ForwardGraph
+from ..frontend.onnx_import import import_onnx, is_onnx_model
+from ..frontend.torch_export import import_forward
 from .gradients import register_gradients
 from .losses import append_loss, label_spec, labels_var
 
@@ -56,7 +58,7 @@ def _adjoint_as_main(mod: tvm.IRModule) -> tvm.IRModule:
     return out
 
 
-def build_training_module(model: torch.nn.Module, example_inputs: tuple, labels, loss: str,
+def build_training_module(model, example_inputs: tuple, labels, loss: str,
                           trainable=None) -> TrainingModule:
     register_gradients()
     labels_shape = tuple(labels.shape)
@@ -72,8 +74,14 @@ def build_training_module(model: torch.nn.Module, example_inputs: tuple, labels,
         holder["labels_dtype"] = c_dtype
         return [y], [loss_value] + list(graph.buffer_updates.values())
 
-    train_mod, graph = import_forward(model, example_inputs, training=True, extend=extend)
-    predict_mod, predict_graph = import_forward(model, example_inputs, training=False)
+    if is_onnx_model(model):
+        def importer(training, extend=None):
+            return import_onnx(model, example_inputs, training, extend)
+    else:
+        def importer(training, extend=None):
+            return import_forward(model, example_inputs, training, extend)
+    train_mod, graph = importer(True, extend)
+    predict_mod, predict_graph = importer(False)
 
     names = resolve_trainable(graph, trainable)
     require = [graph.state_vars[n] for n in names]

@@ -1,0 +1,407 @@
+"""ONNX → Relax for training: a table `{op_type: converter}` over the graph's nodes.
+
+TVM's ONNX importer builds an inference graph: Clip becomes already-legalized kernels,
+LayerNorm and GELU become ops with no gradient rule, BatchNormalization and Dropout take
+their inference semantics. For training, ubitrain converts the nodes itself into the same
+differentiable Relax constructs as the PyTorch frontend (the converters of aten_ops.py).
+
+Export from PyTorch with `torch.onnx.export(model, args, path, dynamo=False,
+training=torch.onnx.TrainingMode.TRAINING)`: an eval-mode export folds BatchNorm into the
+convolution weights, and then there is no BatchNorm left to train. Initializers become the
+model's state under their ONNX names (the state_dict names, for a PyTorch export); those
+that feed BatchNorm's statistics are buffers, the other float ones parameters. BatchNorm's
+running variance follows PyTorch (unbiased batch variance), as the model came from there.
+Shape arithmetic (Shape, Gather, Concat, ... on static shapes) is evaluated at compile time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from tvm import relax
+from tvm.relax import op as R
+
+from ..errors import CompileError, UnsupportedOpError
+from . import aten_ops as A
+from .aten_ops import ConvertContext, as_expr, shape_of
+from .forward import StateTensor, TensorSpec, c_ident, c_name, emit_forward
+
+ONNX_CONVERTERS: dict = {}
+
+
+def onnx_op(*op_types):
+    def register(fn):
+        for t in op_types:
+            ONNX_CONVERTERS[t] = fn
+        return fn
+    return register
+
+
+def load_onnx(model):
+    try:
+        import onnx
+    except ImportError:  # pragma: no cover - onnx is a dependency
+        raise CompileError("compiling an ONNX model needs the onnx package: pip install onnx")
+    if isinstance(model, (str, Path)):
+        try:
+            model = onnx.load(str(model))
+        except Exception as err:
+            raise CompileError(f"cannot read the ONNX model {str(model)!r}: {err}") from None
+    return model
+
+
+def _attrs(node) -> dict:
+    import onnx
+
+    values = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    return {k: v.decode() if isinstance(v, bytes) else v for k, v in values.items()}
+
+
+def _static(values) -> bool:
+    return all(v is None or isinstance(v, np.ndarray) for v in values)
+
+
+# ---- arithmetic and activations ---------------------------------------------------------------
+def _binary(fn, np_fn):
+    def convert(ctx, a, b, **_):
+        if _static([a, b]):
+            return np_fn(a, b)
+        if isinstance(a, np.ndarray):
+            a = relax.const(a.astype(A.dtype_of(b)))
+        if isinstance(b, np.ndarray):
+            b = relax.const(b.astype(A.dtype_of(a)))
+        return ctx.emit(fn(a, b))
+    return convert
+
+
+onnx_op("Add")(_binary(R.add, np.add))
+onnx_op("Sub")(_binary(R.subtract, np.subtract))
+onnx_op("Mul")(_binary(R.multiply, np.multiply))
+onnx_op("Div")(_binary(R.divide, lambda a, b: a // b if a.dtype.kind in "iu" else a / b))
+
+
+@onnx_op("Relu")
+def _relu(ctx, x, **_):
+    return A._relu(ctx, None, x)
+
+
+@onnx_op("Sigmoid")
+def _sigmoid(ctx, x, **_):
+    return A._sigmoid(ctx, None, x)
+
+
+@onnx_op("Tanh")
+def _tanh(ctx, x, **_):
+    return A._tanh(ctx, None, x)
+
+
+@onnx_op("Erf")
+def _erf(ctx, x, **_):
+    return ctx.emit(R.erf(x))
+
+
+@onnx_op("HardSwish")
+def _hardswish(ctx, x, **_):
+    return A._hardswish(ctx, None, x)
+
+
+@onnx_op("Gelu")
+def _gelu(ctx, x, approximate="none", **_):
+    return A._gelu(ctx, None, x, approximate)
+
+
+@onnx_op("Clip")
+def _clip(ctx, x, lo=None, hi=None, **_):
+    lo = float(lo) if lo is not None else -np.inf
+    hi = float(hi) if hi is not None else np.inf
+    return ctx.emit(R.clip(x, lo, hi))
+
+
+@onnx_op("Neg")
+def _neg(ctx, x, **_):
+    return A._neg(ctx, None, x)
+
+
+@onnx_op("Pow")
+def _pow(ctx, x, y, **_):
+    if not (isinstance(y, np.ndarray) and y.size == 1 and float(y) == 2.0):
+        raise UnsupportedOpError(f"{ctx.where}: Pow with an exponent other than 2 is not "
+                                 "supported; use x * x")
+    return ctx.emit(R.multiply(x, x))
+
+
+@onnx_op("Sqrt")
+def _sqrt(ctx, x, **_):
+    return ctx.emit(R.sqrt(x))
+
+
+# ---- linear algebra and convolution -----------------------------------------------------------
+@onnx_op("Gemm")
+def _gemm(ctx, a, b, c=None, alpha=1.0, beta=1.0, transA=0, transB=0, **_):
+    if alpha != 1.0 or beta != 1.0:
+        raise UnsupportedOpError(f"{ctx.where}: Gemm with alpha/beta other than 1")
+    a = ctx.emit(R.permute_dims(a, [1, 0])) if transA else a
+    b = ctx.emit(R.permute_dims(b, [1, 0])) if transB else b
+    y = ctx.emit(R.matmul(a, b))
+    return ctx.emit(R.add(y, c)) if c is not None else y
+
+
+@onnx_op("MatMul")
+def _matmul(ctx, a, b, **_):
+    return ctx.emit(R.matmul(a, b))
+
+
+@onnx_op("Conv")
+def _conv(ctx, x, w, b=None, strides=None, pads=None, dilations=None, group=1, **_):
+    rank = len(shape_of(x)) - 2
+    if rank not in (1, 2):
+        raise UnsupportedOpError(f"{ctx.where}: Conv over {rank} spatial dimensions; Conv1d "
+                                 "and Conv2d are supported")
+    strides, dilations = strides or [1] * rank, dilations or [1] * rank
+    pads = pads or [0] * (2 * rank)
+    if rank == 1:  # as a Conv2d over a height of one
+        n, c, length = shape_of(x)
+        o, i, k = shape_of(w)
+        x = ctx.emit(R.reshape(x, (n, c, 1, length)))
+        w = ctx.emit(R.reshape(w, (o, i, 1, k)))
+        strides, dilations, pads = [1, *strides], [1, *dilations], [0, pads[0], 0, pads[1]]
+    else:
+        pads = [pads[0], pads[1], pads[2], pads[3]]
+    y = ctx.emit(R.nn.conv2d(x, w, strides=strides, padding=pads, dilation=dilations,
+                             groups=group))
+    if b is not None:
+        y = ctx.emit(R.add(y, ctx.emit(R.reshape(b, (1, shape_of(b)[0], 1, 1)))))
+    if rank == 1:
+        y = ctx.emit(R.reshape(y, (n, o, shape_of(y)[-1])))
+    return y
+
+
+# ---- normalisation ----------------------------------------------------------------------------
+@onnx_op("BatchNormalization")
+def _batch_norm(ctx, x, w, b, mean, var, epsilon=1e-5, momentum=0.9, training_mode=0, **_):
+    # ONNX's momentum keeps the old statistic; PyTorch's weighs the new one.
+    if ctx.training and training_mode:
+        y, _, _, new_mean, new_var = A._batch_norm_train(ctx, None, x, w, b, mean, var, True,
+                                                         1.0 - momentum, epsilon)
+        return [y, new_mean, new_var]
+    return [A._batch_norm_eval(ctx, None, x, w, b, mean, var, 1.0 - momentum, epsilon)[0]]
+
+
+@onnx_op("LayerNormalization")
+def _layer_norm(ctx, x, w=None, b=None, axis=-1, epsilon=1e-5, **_):
+    rank = len(shape_of(x))
+    return A._layer_norm(ctx, None, x, shape_of(x)[axis % rank:], w, b, epsilon)
+
+
+# ---- pooling and reductions -------------------------------------------------------------------
+@onnx_op("MaxPool")
+def _max_pool(ctx, x, kernel_shape=None, strides=None, pads=None, dilations=None,
+              ceil_mode=0, **_):
+    pads = pads or [0, 0, 0, 0]
+    return ctx.emit(R.nn.max_pool2d(x, kernel_shape, strides or kernel_shape,
+                                    [pads[0], pads[1], pads[2], pads[3]], dilations or [1, 1],
+                                    ceil_mode=bool(ceil_mode)))
+
+
+@onnx_op("AveragePool")
+def _avg_pool(ctx, x, kernel_shape=None, strides=None, pads=None, ceil_mode=0,
+              count_include_pad=0, **_):
+    pads = pads or [0, 0, 0, 0]
+    return ctx.emit(R.nn.avg_pool2d(x, kernel_shape, strides or kernel_shape,
+                                    [pads[0], pads[1], pads[2], pads[3]], [1, 1],
+                                    ceil_mode=bool(ceil_mode),
+                                    count_include_pad=bool(count_include_pad)))
+
+
+@onnx_op("GlobalAveragePool")
+def _global_avg_pool(ctx, x, **_):
+    return ctx.emit(R.mean(x, axis=list(range(2, len(shape_of(x)))), keepdims=True))
+
+
+def _reduce(fn):
+    def convert(ctx, x, axes_input=None, axes=None, keepdims=1, **_):
+        axes = axes_input if axes_input is not None else axes
+        axes = None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+        return fn(ctx, None, x, axes, bool(keepdims))
+    return convert
+
+
+onnx_op("ReduceMean")(_reduce(A._mean))
+onnx_op("ReduceSum")(_reduce(A._sum))
+
+
+# ---- layout and shape arithmetic --------------------------------------------------------------
+@onnx_op("Flatten")
+def _flatten(ctx, x, axis=1, **_):
+    shape = shape_of(x)
+    axis %= len(shape)
+    return A._reshape_to(ctx, x, [int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))])
+
+
+@onnx_op("Reshape")
+def _reshape(ctx, x, shape, **_):
+    shape = [int(s) for s in shape]
+    current = shape_of(x)
+    shape = [current[i] if s == 0 else s for i, s in enumerate(shape)]  # 0 copies the dim
+    return A._reshape_to(ctx, x, shape)
+
+
+@onnx_op("Transpose")
+def _transpose(ctx, x, perm=None, **_):
+    perm = perm or list(reversed(range(len(shape_of(x)))))
+    return ctx.emit(R.permute_dims(x, perm))
+
+
+@onnx_op("Concat")
+def _concat(ctx, *tensors, axis=0, **_):
+    if _static(tensors):
+        return np.concatenate(tensors, axis)
+    return A._cat(ctx, None, list(tensors), axis)
+
+
+@onnx_op("Unsqueeze")
+def _unsqueeze(ctx, x, axes_input=None, axes=None, **_):
+    axes = sorted(int(a) for a in np.asarray(axes_input if axes_input is not None else axes)
+                  .reshape(-1))
+    if isinstance(x, np.ndarray):
+        return np.expand_dims(x, axes)
+    shape = list(shape_of(x))
+    for a in axes:
+        shape.insert(a % (len(shape) + 1), 1)
+    return A._reshape_to(ctx, x, shape)
+
+
+@onnx_op("Squeeze")
+def _squeeze(ctx, x, axes_input=None, axes=None, **_):
+    axes = axes_input if axes_input is not None else axes
+    if isinstance(x, np.ndarray):
+        return np.squeeze(x, tuple(int(a) for a in np.asarray(axes).reshape(-1)))
+    return A._squeeze(ctx, None, x, None if axes is None else
+                      [int(a) for a in np.asarray(axes).reshape(-1)])
+
+
+@onnx_op("Shape")
+def _shape(ctx, x, **_):
+    return np.array(x.shape if isinstance(x, np.ndarray) else shape_of(x), np.int64)
+
+
+@onnx_op("Gather")
+def _gather(ctx, data, indices, axis=0, **_):
+    if not _static([data, indices]):
+        raise UnsupportedOpError(f"{ctx.where}: Gather over a tensor computed at run time is "
+                                 "not supported (only over static shapes)")
+    return np.take(data, indices, axis)
+
+
+@onnx_op("Cast")
+def _cast(ctx, x, to=1, **_):
+    if isinstance(x, np.ndarray):
+        import onnx
+
+        return x.astype(onnx.helper.tensor_dtype_to_np_dtype(to))
+    return x if to == 1 else ctx.emit(R.astype(x, "float32"))
+
+
+@onnx_op("Constant")
+def _constant(ctx, value=None, value_float=None, value_int=None, value_ints=None, **_):
+    import onnx
+
+    if value is not None:
+        return onnx.numpy_helper.to_array(value)
+    return np.array(value_float if value_float is not None else
+                    value_int if value_int is not None else value_ints)
+
+
+@onnx_op("Identity")
+def _identity(ctx, x, **_):
+    return x
+
+
+@onnx_op("Dropout")
+def _dropout(ctx, x, ratio=None, training_mode=None, **_):
+    p = float(ratio) if ratio is not None else 0.5
+    train = bool(training_mode) if training_mode is not None else False
+    out, mask = A._native_dropout(ctx, None, x, p, ctx.training and train)
+    return [out] if mask is None else [out, mask]
+
+
+# ---- the graph --------------------------------------------------------------------------------
+SECOND_INPUT_ATTRS = {"ReduceMean": "axes_input", "ReduceSum": "axes_input",
+                      "Unsqueeze": "axes_input", "Squeeze": "axes_input"}
+BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
+
+
+def _node_label(node) -> str:
+    return node.name or node.output[0]
+
+
+def check_supported_onnx(graph) -> None:
+    problems = [f"node {_node_label(n)!r}: ONNX op {n.op_type} is not supported"
+                for n in graph.node if n.op_type not in ONNX_CONVERTERS]
+    if problems:
+        raise UnsupportedOpError("; ".join(problems) + ". Supported ONNX ops: "
+                                 + ", ".join(sorted(ONNX_CONVERTERS)) + ".")
+
+
+def import_onnx(model, example_inputs: tuple, training: bool, extend=None) -> tuple:
+    """Convert an ONNX model (path or ModelProto) like `torch_export.import_forward`."""
+    import onnx
+
+    model = load_onnx(model)
+    graph = model.graph
+    check_supported_onnx(graph)
+    initializers = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+    buffers = {n.input[i] for n in graph.node for i in BUFFER_INPUTS.get(n.op_type, ())
+               if i < len(n.input)}
+    ctx = ConvertContext(bb=relax.BlockBuilder(), training=training)
+    env: dict = {}
+    inputs, input_specs, state, state_vars = [], [], [], {}
+    graph_inputs = [i for i in graph.input if i.name not in initializers]
+    if len(graph_inputs) != len(example_inputs):
+        raise CompileError(f"the ONNX model takes {len(graph_inputs)} input(s) "
+                           f"({[i.name for i in graph_inputs]}); got {len(example_inputs)}")
+    for spec, example in zip(graph_inputs, example_inputs):
+        shape, dtype = tuple(example.shape), str(example.dtype).replace("torch.", "")
+        var = relax.Var(c_ident(spec.name), relax.TensorType(shape, dtype))
+        inputs.append(var)
+        input_specs.append(TensorSpec(c_ident(spec.name), shape, dtype))
+        env[spec.name] = var
+    for name, value in initializers.items():
+        if value.dtype.kind == "f" or name in buffers:
+            var = relax.Var(c_name(name), relax.TensorType(value.shape, str(value.dtype)))
+            state.append(StateTensor(name, value.copy(), name not in buffers))
+            state_vars[name] = env[name] = var
+        else:
+            env[name] = value  # integer shapes and indices: compile-time values
+
+    def body():
+        updates, statistics = {}, set()  # new running stats, by buffer and by output name
+        for node in graph.node:
+            ctx.where = f"node {_node_label(node)!r} ({node.op_type})"
+            args = [env[i] if i else None for i in node.input]
+            attrs = _attrs(node)
+            if node.op_type in SECOND_INPUT_ATTRS and len(args) > 1:
+                attrs[SECOND_INPUT_ATTRS[node.op_type]] = args.pop(1)
+            try:
+                result = ONNX_CONVERTERS[node.op_type](ctx, *args, **attrs)
+            except CompileError:
+                raise
+            except Exception as err:
+                raise CompileError(f"{ctx.where}: conversion failed: {err}") from err
+            results = result if isinstance(result, list) else [result]
+            for name, value in zip(node.output, results):
+                env[name] = value
+            if node.op_type == "BatchNormalization" and len(results) == 3:
+                updates[node.input[3]], updates[node.input[4]] = results[1], results[2]
+                statistics.update(node.output[1:3])
+        outputs = [env[o.name] for o in graph.output if o.name not in statistics]
+        return outputs, updates
+
+    return emit_forward(ctx, inputs, input_specs, state, state_vars, body, extend)
+
+
+def is_onnx_model(model) -> bool:
+    if isinstance(model, (str, Path)):
+        return str(model).endswith(".onnx")
+    return type(model).__name__ == "ModelProto"
