@@ -21,7 +21,7 @@ from .program.ir import Program, Slot
 from .project.emit import render_project
 from .runtime.build import cmake_build
 from .runtime.host_trainer import HostTrainer
-from .targets import get_target
+from .targets import check_board_fit, get_target
 from .training.graph import build_training_module
 from .training.losses import LOSSES
 
@@ -46,9 +46,11 @@ class Package:
     compile_seconds: float = 0.0
 
     def build(self, seed: int = 0) -> HostTrainer:
-        """Build the C project with CMake and load it (host target)."""
+        """Build the C project with CMake and load it (host target), or cross-compile it
+        and start its driver under the target's emulator (runtime/emulated_trainer.py)."""
         if not get_target(self.target).runs_on_host:
-            raise CompileError(f"target {self.target!r} does not run on this machine")
+            from .runtime.target_build import start_trainer
+            return start_trainer(self, get_target(self.target), seed=seed)
         build_dir = cmake_build(self.out_dir, self.out_dir / "build")
         library = next(build_dir.glob(f"libub_{self.model_name}.so"), None)
         if library is None:
@@ -116,6 +118,7 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
     if memory_budget is not None:
         from .memory.budget import check_budget
         check_budget(plan, memory_budget)
+    check_board_fit(tgt, plan, inputs, label_slot, output)
     classes = output.shape[-1] if loss == "cross_entropy" else None
     name = _model_name(model, out_dir)
     render_project(out_dir, name, train, predict, plan, library.sources(), state, opt_state,

@@ -142,7 +142,8 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         for template, target in (("model.h.j2", "model.h"), ("model.c.j2", "model.c"),
-                                 ("CMakeLists.txt.j2", "CMakeLists.txt")):
+                                 ("CMakeLists.txt.j2", "CMakeLists.txt"),
+                                 ("driver.c.j2", "driver.c")):
             (out_dir / target).write_text(env.get_template(template).render(**context))
         shutil.copytree(RUNTIME_C, out_dir / "runtime_c", dirs_exist_ok=True)
     except OSError as err:

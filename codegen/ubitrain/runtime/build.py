@@ -10,12 +10,15 @@ from ..errors import BuildError
 
 
 def cmake_build(project_dir: Path, build_dir: Path, shared: bool = True,
-                extra_args: tuple[str, ...] = ()) -> Path:
+                extra_args: tuple[str, ...] = (), toolchain: Path | None = None) -> Path:
+    """Configure and build; `toolchain`: a CMake toolchain file for a cross compiler."""
     if shutil.which("cmake") is None:
         raise BuildError("cmake is not installed; install it (apt-get install cmake) to build "
                          "the generated project")
     configure = ["cmake", "-S", str(project_dir), "-B", str(build_dir),
                  f"-DBUILD_SHARED_LIBS={'ON' if shared else 'OFF'}", *extra_args]
+    if toolchain is not None:
+        configure.append(f"-DCMAKE_TOOLCHAIN_FILE={Path(toolchain).resolve()}")
     for cmd in (configure, ["cmake", "--build", str(build_dir), "-j", "2"]):
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:

@@ -11,22 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError, RuntimeStatusError
-
-STATUS_TEXT = {
-    -1: "a required pointer is NULL",
-    -2: "the arena is too small",
-    -3: "the arena is misaligned",
-    -4: "the context is not initialised",
-    -5: "a class label is outside [0, classes)",
-    -6: "the loss is not finite (NaN or inf); no parameter was updated",
-    -7: "tensor index out of range",
-    -8: "tensor size mismatch",
-    -9: "the storage failed to read or write",
-    -10: "no complete checkpoint found",
-    -11: "the checkpoint belongs to another model or layout",
-}
-DTYPES = {0: np.float32, 1: np.int64, 2: np.int32, 3: np.int8}
+from .trainer_base import DTYPES, STATUS_TEXT, TrainerBase  # noqa: F401 (re-exported)
 
 
 class _TensorInfo(ctypes.Structure):
@@ -54,18 +39,18 @@ def _ptr(a: np.ndarray):
     return a.ctypes.data_as(ctypes.c_void_p)
 
 
-class HostTrainer:
+class HostTrainer(TrainerBase):
     def __init__(self, library: Path, package, seed: int = 0):
         self.package = package
         self.lib = ctypes.CDLL(str(library))
         m = package.model_name
         self._step = getattr(self.lib, f"ub_{m}_train_step")
-        self._predict = getattr(self.lib, f"ub_{m}_predict")
-        self._get = getattr(self.lib, f"ub_{m}_get_tensor")
-        self._set = getattr(self.lib, f"ub_{m}_set_tensor")
+        self._predict_fn = getattr(self.lib, f"ub_{m}_predict")
+        self._get_fn = getattr(self.lib, f"ub_{m}_get_tensor")
+        self._set_fn = getattr(self.lib, f"ub_{m}_set_tensor")
         info = getattr(self.lib, f"ub_{m}_tensor_info_at")
         info.restype = ctypes.POINTER(_TensorInfo)
-        for fn in (self._step, self._predict, self._get, self._set):
+        for fn in (self._step, self._predict_fn, self._get_fn, self._set_fn):
             fn.restype = ctypes.c_int32
         self.tensors = []
         i = 0
@@ -88,55 +73,14 @@ class HostTrainer:
     def steps(self) -> int:
         return self.ctx.step
 
-    def _check(self, status: int, what: str):
-        if status != 0:
-            raise RuntimeStatusError(f"{what} returned status {status}: "
-                                     f"{STATUS_TEXT.get(status, 'unknown error')}")
-
-    def _inputs(self, xs) -> list[np.ndarray]:
-        specs = self.package.inputs
-        if len(xs) != len(specs):
-            raise InputError(f"the model takes {len(specs)} input tensor(s), got {len(xs)}")
-        return [self._as_array(x, spec.shape, spec.dtype, f"input '{spec.name}'")
-                for x, spec in zip(xs, specs)]
-
-    @staticmethod
-    def _as_array(x, shape, dtype, what) -> np.ndarray:
-        if hasattr(x, "detach"):
-            x = x.detach().cpu().numpy()
-        x = np.asarray(x)
-        if tuple(x.shape) != tuple(shape):
-            raise InputError(f"{what} has shape {list(x.shape)}; the step was compiled for "
-                             f"{list(shape)} (recompile for another batch size)")
-        want = np.dtype(dtype)
-        if want.kind == "f" and x.dtype.kind != "f":
-            raise InputError(f"{what} has dtype {x.dtype}; it must be a float array ({dtype})")
-        if want.kind in "iu" and x.dtype.kind not in "iu":
-            raise InputError(f"{what} has dtype {x.dtype}; it must be an integer array")
-        return np.ascontiguousarray(x, dtype=want)
-
-    def step(self, *batch) -> float:
-        """`trainer.step(x, y)`: one training step; returns the loss."""
-        if len(batch) < 2:
-            raise InputError("step() takes the input batch and the labels: step(x, y)")
-        xs = self._inputs(batch[:-1])
-        labels_spec = self.package.labels
-        y = self._as_array(batch[-1], labels_spec.shape, labels_spec.dtype, "labels")
-        classes = self.package.classes
-        if classes is not None and (y.min() < 0 or y.max() >= classes):
-            raise InputError(f"labels must be class indices in [0, {classes}); got values "
-                             f"from {y.min()} to {y.max()}")
+    def _train_step(self, xs, y):
         loss = np.zeros((), np.float32)
-        self._check(self._step(ctypes.byref(self.ctx), *[_ptr(x) for x in xs], _ptr(y),
-                               _ptr(loss)), "train_step")
-        return float(loss)
+        status = self._step(ctypes.byref(self.ctx), *[_ptr(x) for x in xs], _ptr(y), _ptr(loss))
+        return status, float(loss)
 
-    def predict(self, *xs) -> np.ndarray:
-        arrays = self._inputs(xs)
+    def _predict(self, xs):
         out = np.zeros(self.package.output.shape, np.float32)
-        self._check(self._predict(ctypes.byref(self.ctx), *[_ptr(x) for x in arrays],
-                                  _ptr(out)), "predict")
-        return out
+        return self._predict_fn(ctypes.byref(self.ctx), *[_ptr(x) for x in xs], _ptr(out)), out
 
     def _storage(self, path) -> tuple[_FileStorage, _Storage]:
         files, storage = _FileStorage(), _Storage()
@@ -161,28 +105,10 @@ class HostTrainer:
         restore.restype = ctypes.c_int32
         self._check(restore(ctypes.byref(self.ctx), ctypes.byref(storage)), f"restore({path})")
 
-    def _read(self, i) -> np.ndarray:
+    def _get(self, i):
         name, _, dtype, shape, nbytes = self.tensors[i]
         out = np.zeros(shape, dtype)
-        self._check(self._get(ctypes.byref(self.ctx), i, _ptr(out), ctypes.c_size_t(nbytes)),
-                    f"get_tensor({name})")
-        return out
+        return self._get_fn(ctypes.byref(self.ctx), i, _ptr(out), ctypes.c_size_t(nbytes)), out
 
-    def parameters(self) -> dict[str, np.ndarray]:
-        """Parameters and buffers, by the model's state_dict names."""
-        return {t[0]: self._read(i) for i, t in enumerate(self.tensors) if t[1] in (0, 1)}
-
-    def optimizer_state(self) -> dict[str, np.ndarray]:
-        return {t[0]: self._read(i) for i, t in enumerate(self.tensors) if t[1] == 2}
-
-    def load_parameters(self, values: dict) -> None:
-        by_name = {t[0]: i for i, t in enumerate(self.tensors) if t[1] in (0, 1)}
-        unknown = [k for k in values if k not in by_name]
-        if unknown:
-            raise InputError(f"unknown parameter names {unknown}; known: {list(by_name)}")
-        for name, value in values.items():
-            i = by_name[name]
-            _, _, dtype, shape, nbytes = self.tensors[i]
-            arr = self._as_array(value, shape, dtype, f"parameter '{name}'")
-            self._check(self._set(ctypes.byref(self.ctx), i, _ptr(arr), ctypes.c_size_t(nbytes)),
-                        f"set_tensor({name})")
+    def _set(self, i, arr: np.ndarray) -> int:
+        return self._set_fn(ctypes.byref(self.ctx), i, _ptr(arr), ctypes.c_size_t(arr.nbytes))

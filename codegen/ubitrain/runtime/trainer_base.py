@@ -1,0 +1,118 @@
+"""What every trainer shares, wherever its C runs: the checks of batches, labels and
+parameters against the compiled step, the C status texts, and the state_dict view.
+
+A trainer subclass supplies four primitives over the generated C API:
+`_train_step(xs, y) -> (status, loss)`, `_predict(xs) -> (status, output)`,
+`_get(i) -> (status, ndarray)` and `_set(i, ndarray) -> status`, plus `self.tensors`,
+the tensor table (name, kind, dtype, shape, bytes) of `ub_<model>_tensor_info_at`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InputError, RuntimeStatusError
+
+STATUS_TEXT = {
+    -1: "a required pointer is NULL",
+    -2: "the arena is too small",
+    -3: "the arena is misaligned",
+    -4: "the context is not initialised",
+    -5: "a class label is outside [0, classes)",
+    -6: "the loss is not finite (NaN or inf); no parameter was updated",
+    -7: "tensor index out of range",
+    -8: "tensor size mismatch",
+    -9: "the storage failed to read or write",
+    -10: "no complete checkpoint found",
+    -11: "the checkpoint belongs to another model or layout",
+}
+DTYPES = {0: np.float32, 1: np.int64, 2: np.int32, 3: np.int8}
+PARAMETER, BUFFER, OPTIMIZER_STATE = 0, 1, 2
+
+
+class TrainerBase:
+    package = None
+    tensors: list = []
+
+    def _check(self, status: int, what: str):
+        if status != 0:
+            raise RuntimeStatusError(f"{what} returned status {status}: "
+                                     f"{STATUS_TEXT.get(status, 'unknown error')}")
+
+    def _inputs(self, xs) -> list[np.ndarray]:
+        specs = self.package.inputs
+        if len(xs) != len(specs):
+            raise InputError(f"the model takes {len(specs)} input tensor(s), got {len(xs)}")
+        return [self._as_array(x, spec.shape, spec.dtype, f"input '{spec.name}'")
+                for x, spec in zip(xs, specs)]
+
+    @staticmethod
+    def _as_array(x, shape, dtype, what) -> np.ndarray:
+        if hasattr(x, "detach"):
+            x = x.detach().cpu().numpy()
+        x = np.asarray(x)
+        if tuple(x.shape) != tuple(shape):
+            raise InputError(f"{what} has shape {list(x.shape)}; the step was compiled for "
+                             f"{list(shape)} (recompile for another batch size)")
+        want = np.dtype(dtype)
+        if want.kind == "f" and x.dtype.kind != "f":
+            raise InputError(f"{what} has dtype {x.dtype}; it must be a float array ({dtype})")
+        if want.kind in "iu" and x.dtype.kind not in "iu":
+            raise InputError(f"{what} has dtype {x.dtype}; it must be an integer array")
+        return np.ascontiguousarray(x, dtype=want)
+
+    def _batch(self, batch) -> tuple[list[np.ndarray], np.ndarray]:
+        """`(x..., y)` checked against the compiled shapes, dtypes and class count."""
+        if len(batch) < 2:
+            raise InputError("step() takes the input batch and the labels: step(x, y)")
+        xs = self._inputs(batch[:-1])
+        labels_spec = self.package.labels
+        y = self._as_array(batch[-1], labels_spec.shape, labels_spec.dtype, "labels")
+        classes = self.package.classes
+        if classes is not None and (y.min() < 0 or y.max() >= classes):
+            raise InputError(f"labels must be class indices in [0, {classes}); got values "
+                             f"from {y.min()} to {y.max()}")
+        return xs, y
+
+    # ---- the public interface ---------------------------------------------------------------
+    def step(self, *batch) -> float:
+        """`trainer.step(x, y)`: one training step; returns the loss."""
+        xs, y = self._batch(batch)
+        status, loss = self._train_step(xs, y)
+        self._check(status, "train_step")
+        return float(loss)
+
+    def train(self, batches) -> np.ndarray:
+        """One step per `(x, y)` (or `(x1, x2, ..., y)`) of `batches`; the losses."""
+        return np.array([self.step(*b) for b in batches], np.float32)
+
+    def predict(self, *xs) -> np.ndarray:
+        """Forward pass in evaluation mode on one batch."""
+        status, out = self._predict(self._inputs(xs))
+        self._check(status, "predict")
+        return out
+
+    def _read(self, i) -> np.ndarray:
+        status, out = self._get(i)
+        self._check(status, f"get_tensor({self.tensors[i][0]})")
+        return out
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        """Parameters and buffers, by the model's state_dict names."""
+        return {t[0]: self._read(i) for i, t in enumerate(self.tensors)
+                if t[1] in (PARAMETER, BUFFER)}
+
+    def optimizer_state(self) -> dict[str, np.ndarray]:
+        return {t[0]: self._read(i) for i, t in enumerate(self.tensors)
+                if t[1] == OPTIMIZER_STATE}
+
+    def load_parameters(self, values: dict) -> None:
+        by_name = {t[0]: i for i, t in enumerate(self.tensors) if t[1] in (PARAMETER, BUFFER)}
+        unknown = [k for k in values if k not in by_name]
+        if unknown:
+            raise InputError(f"unknown parameter names {unknown}; known: {list(by_name)}")
+        for name, value in values.items():
+            i = by_name[name]
+            _, _, dtype, shape, _ = self.tensors[i]
+            arr = self._as_array(value, shape, dtype, f"parameter '{name}'")
+            self._check(self._set(i, arr), f"set_tensor({name})")
