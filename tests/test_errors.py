@@ -113,3 +113,28 @@ def test_load_parameters_checks_names_and_shapes(trainer):
         trainer.load_parameters({"0.bias": np.zeros(3)})
     trainer.load_parameters({"0.bias": np.full(8, 0.5, np.float32)})
     assert np.array_equal(trainer.parameters()["0.bias"], np.full(8, 0.5, np.float32))
+
+
+def test_data_dependent_control_flow_is_a_clear_compile_error(tmp_path):
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(6, 3)
+
+        def forward(self, x):
+            if x.sum() > 0:  # depends on the data: no static step can be compiled
+                return self.fc(x)
+            return -self.fc(x)
+
+    with pytest.raises(ub.CompileError, match="static shapes and no data-dependent"):
+        ub.compile(Branchy(), (X,), Y, out_dir=tmp_path / "m")
+
+
+def test_int8_precision_is_refused_until_it_exists(tmp_path):
+    with pytest.raises(ub.CompileError, match="precision 'int8' is not available"):
+        ub.compile(small_model(), (X,), Y, precision="int8", out_dir=tmp_path / "m")
+
+
+def test_model_that_is_not_a_model(tmp_path):
+    with pytest.raises(ub.CompileError, match="torch.nn.Module, an .onnx path"):
+        ub.compile(object(), (X,), Y, out_dir=tmp_path / "m")

@@ -15,7 +15,9 @@ from .errors import (
                      UnsupportedOpError,
 )
 from .optim import SGD, Adam, AdamW
+from .training.sparse_update import SparseUpdate
 
-__all__ = ["compile", "Package", "SGD", "Adam", "AdamW", "CompileError", "UnsupportedOpError",
+__all__ = ["compile", "Package", "SGD", "Adam", "AdamW", "SparseUpdate", "CompileError",
+           "UnsupportedOpError",
            "InputError", "BuildError", "RuntimeStatusError", "UbitrainError"]
 __version__ = "0.1.0"

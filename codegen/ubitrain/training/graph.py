@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 import tvm
 from tvm import relax
 
@@ -20,6 +19,7 @@ from ..frontend.onnx_import import import_onnx, is_onnx_model
 from ..frontend.torch_export import import_forward
 from .gradients import register_gradients
 from .losses import append_loss, label_spec, labels_var
+from .sparse_update import SparseUpdate
 
 
 @dataclass
@@ -37,6 +37,8 @@ def resolve_trainable(graph: ForwardGraph, trainable) -> list[str]:
     params = [s.name for s in graph.state if s.is_parameter]
     if trainable is None:
         return params
+    if isinstance(trainable, SparseUpdate):
+        return trainable.select(params)
     if isinstance(trainable, str):
         trainable = [trainable]
     unknown = [t for t in trainable if t not in params]
