@@ -68,7 +68,8 @@ epoch, both final accuracies, the compile time and the memory plan."""
 DEMO_EPILOG = """\
 examples:
   ubitrain demo
-  ubitrain demo --epochs 3 --out-dir /tmp/ub-demo --no-progress"""
+  ubitrain demo --epochs 3 --out-dir /tmp/ub-demo --no-progress
+  ubitrain demo --target cortex-m4 --epochs 2      train on an emulated Cortex-M4 board"""
 
 TARGETS_HELP = "List the targets that --target accepts."
 TARGETS_EPILOG = """\
@@ -123,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out-dir", default="build/demo",
                    help="where to write the generated project (default build/demo)")
     d.add_argument("--seed", type=int, default=0, help="seed of the split, weights, batches")
+    d.add_argument("--target", default="host",
+                   help="where the generated C trains (default host); a cross target such as "
+                        "cortex-m4 is cross-compiled and trains under QEMU")
     d.add_argument("--no-progress", action="store_true", help="no progress bars")
     d.add_argument("--verbose", action="store_true",
                    help="on an error, print its full details (e.g. the C compiler's log)")
@@ -332,9 +336,11 @@ def cmd_compile(args) -> int:
 # ---- demo, targets ----------------------------------------------------------------------------
 def cmd_demo(args) -> int:
     from .demo import run_demo
+    from .targets import get_target
 
+    get_target(args.target)
     run_demo(epochs=args.epochs, out_dir=args.out_dir, seed=args.seed,
-             progress=not args.no_progress)
+             progress=not args.no_progress, target=args.target)
     return 0
 
 

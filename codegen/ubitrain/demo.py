@@ -84,7 +84,7 @@ def _progress(iterable, desc: str, enabled: bool):
 
 
 def run_demo(epochs: int = 5, out_dir="build/demo", lr: float = 0.05, momentum: float = 0.9,
-             weight_decay: float = 1e-4, seed: int = 0, progress: bool = True,
+             weight_decay: float = 1e-4, seed: int = 0, progress: bool = True, target="host",
              log=print) -> dict:
     """Train the digits CNN through the generated C and in PyTorch; return the figures.
 
@@ -111,10 +111,15 @@ def run_demo(epochs: int = 5, out_dir="build/demo", lr: float = 0.05, momentum: 
     pkg = ub.compile(model, (torch.from_numpy(x_train[first]),), torch.from_numpy(y_train[first]),
                      loss="cross_entropy",
                      optimizer=ub.SGD(lr=lr, momentum=momentum, weight_decay=weight_decay),
-                     target="host", out_dir=out_dir)
+                     target=target, out_dir=out_dir)
     t = time.perf_counter()
     trainer = pkg.build(seed=seed)
     build_seconds = time.perf_counter() - t
+    if target != "host":  # the steps below run on the emulated device, one QEMU process
+        log(f"target {target}: cross-compiled; training runs under "
+            f"{' '.join(trainer.command[:3])} ...")
+        if trainer.device_memory:
+            log(f"device memory: {trainer.device_memory['summary']}")
     log(f"compiled in {pkg.compile_seconds:.1f} s ({pkg.kernel_count} C kernels), built with "
         f"CMake in {build_seconds:.1f} s: {Path(out_dir)}")
 
@@ -164,6 +169,7 @@ def run_demo(epochs: int = 5, out_dir="build/demo", lr: float = 0.05, momentum: 
         torch.set_num_threads(threads)
 
     c_params = trainer.parameters()
+    getattr(trainer, "close", lambda: None)()  # ends the emulator of a cross target
     max_diff = max(float(np.max(np.abs(c_params[k] - v.detach().numpy().astype(c_params[k].dtype))))
                    for k, v in reference.state_dict().items() if k in c_params)
     result = {
@@ -181,6 +187,8 @@ def run_demo(epochs: int = 5, out_dir="build/demo", lr: float = 0.05, momentum: 
         "kernels": pkg.kernel_count,
         "max_param_diff": max_diff,
         "out_dir": str(out_dir),
+        "target": target,
+        "device_memory": getattr(trainer, "device_memory", {}),
         "train_samples": len(x_train),
         "test_samples": len(x_test),
     }
