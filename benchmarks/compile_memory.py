@@ -49,7 +49,8 @@ def main():
             for batch in args.batch:
                 rows.append(measure(name, batch, Path(tmp)))
                 r = rows[-1]
-                print(f"{r['model']:<20} batch {r['batch']:>3}  compile {r['compile_seconds']:6.2f} s"
+                print(f"{r['model']:<20} batch {r['batch']:>3}  "
+                      f"compile {r['compile_seconds']:6.2f} s"
                       f"  kernels {r['kernels']:>4}  arena {r['arena_bytes']:>10,} B  lower bound "
                       f"{r['lower_bound_bytes']:>10,} B  ratio {r['ratio']:.3f}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from tvm.relax import op as R
 
 from ..errors import CompileError, UnsupportedOpError
 from . import aten_ops as A
-from .aten_ops import ConvertContext, as_expr, shape_of
+from .aten_ops import ConvertContext, shape_of
 from .forward import StateTensor, TensorSpec, c_ident, c_name, emit_forward
 
 ONNX_CONVERTERS: dict = {}
@@ -42,7 +42,8 @@ def load_onnx(model):
     try:
         import onnx
     except ImportError:  # pragma: no cover - onnx is a dependency
-        raise CompileError("compiling an ONNX model needs the onnx package: pip install onnx")
+        raise CompileError("compiling an ONNX model needs the onnx package: "
+                           "pip install onnx") from None
     if isinstance(model, (str, Path)):
         try:
             model = onnx.load(str(model))
