@@ -127,6 +127,18 @@ def test_compile_writes_a_project_that_builds_with_plain_cmake(tmp_path):
         assert step.returncode == 0, step.stdout + step.stderr
     assert (top / "model" / "libub_digits.a").is_file()
 
+    # `ubitrain build` does the same for the host, and names what it built.
+    run = ubitrain("build", out)
+    assert run.returncode == 0, run.stderr
+    assert (out / "build-host" / "libub_digits.so").is_file()
+    assert "libub_digits.so" in run.stdout
+
+
+def test_build_without_a_project_is_a_one_line_error(tmp_path):
+    run = ubitrain("build", tmp_path)
+    assert run.returncode == 2
+    assert run.stderr.startswith("error:") and "no generated project" in run.stderr
+
 
 def test_targets_lists_host():
     run = ubitrain("targets")

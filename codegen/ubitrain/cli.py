@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -127,12 +128,21 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--target", default="host",
                    help="where the generated C trains (default host); a cross target such as "
                         "cortex-m4 is cross-compiled and trains under QEMU")
+    d.add_argument("--sparse", action="store_true",
+                   help="transfer learning instead: pre-train on digits 0-4 in PyTorch, then "
+                        "learn 5-9 in the generated C with a sparse update (last 2 layers)")
     d.add_argument("--no-progress", action="store_true", help="no progress bars")
     d.add_argument("--verbose", action="store_true",
                    help="on an error, print its full details (e.g. the C compiler's log)")
 
     sub.add_parser("targets", help="list the compile targets", description=TARGETS_HELP,
                    epilog=TARGETS_EPILOG, formatter_class=_formatter)
+    b = sub.add_parser("build", help="build a generated C project with CMake",
+                       description=BUILD_HELP, epilog=BUILD_EPILOG, formatter_class=_formatter)
+    b.add_argument("project", help="the directory ubitrain compile wrote (its --out-dir)")
+    b.add_argument("--target", default="host",
+                   help="host (the system compiler) or a cross target from ubitrain targets")
+    b.add_argument("--build-dir", help="where CMake builds (default PROJECT/build-TARGET)")
     return parser
 
 
@@ -339,8 +349,54 @@ def cmd_demo(args) -> int:
     from .targets import get_target
 
     get_target(args.target)
+    if args.sparse:
+        from .demo_sparse import run_sparse_demo
+
+        run_sparse_demo(epochs=args.epochs, out_dir=args.out_dir, seed=args.seed,
+                        progress=not args.no_progress)
+        return 0
     run_demo(epochs=args.epochs, out_dir=args.out_dir, seed=args.seed,
              progress=not args.no_progress, target=args.target)
+    return 0
+
+
+BUILD_HELP = """\
+Build a project that ubitrain compile wrote, with CMake: for the host with the system C
+compiler (a shared library), or for a cross target with its toolchain file
+from targets/ (the static library and the driver program that runs under the emulator).
+This is what `cmake -S PROJECT -B BUILD_DIR && cmake --build BUILD_DIR` does; no Python is
+needed to build the project on a machine of your own."""
+
+BUILD_EPILOG = """\
+examples:
+  ubitrain compile examples/digits_factory.py:factory --out-dir build/digits
+  ubitrain build build/digits
+  ubitrain compile examples/digits_factory.py:factory --target cortex-m4 --out-dir build/m4
+  ubitrain build build/m4 --target cortex-m4"""
+
+
+def cmd_build(args) -> int:
+    from .errors import BuildError
+    from .runtime.build import cmake_build
+    from .targets import get_target
+
+    target = get_target(args.target)
+    project = Path(args.project)
+    if not (project / "CMakeLists.txt").is_file():
+        raise BuildError(f"{project} holds no generated project (no CMakeLists.txt); write one "
+                         "with ubitrain compile --out-dir first")
+    build_dir = Path(args.build_dir or project / f"build-{target.name}")
+    if target.name == "host":
+        cmake_build(project, build_dir)
+    else:
+        from .runtime.target_build import build_driver
+
+        header = (project / "model.h").read_text()
+        model = re.search(r"int32_t ub_(\w+)_init\(", header).group(1)
+        print(f"driver: {build_driver(project, model, target)}")
+    print(f"built {project} for {target.name} in {build_dir}:")
+    for artifact in sorted(build_dir.glob("libub_*")) + sorted(build_dir.glob("ub_*_driver")):
+        print(f"  {artifact}")
     return 0
 
 
@@ -397,6 +453,8 @@ def main(argv=None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
 
+
+COMMANDS["build"] = cmd_build
 
 if __name__ == "__main__":
     sys.exit(main())
