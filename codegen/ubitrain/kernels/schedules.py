@@ -1,18 +1,32 @@
 """TensorIR schedules applied to each kernel before it is lowered and printed.
 
-The default schedule inlines cheap producer blocks (padding, broadcasts, reshapes, fills)
+Every schedule first inlines cheap producer blocks (padding, broadcasts, reshapes, fills)
 into their consumers: the padded copy of a conv input then never exists, which removes the
-kernel's largest scratch buffer. Targets add their own schedules by name in `SCHEDULES`.
+kernel's largest scratch buffer. The default schedule then orders and tiles the reduction
+blocks (conv, conv gradients, matmuls) so that the innermost loop is unit-stride, free of
+conditions and vectorizable by the C compiler (reduction_schedule.py). Targets pick a
+schedule by name in `SCHEDULES`; "inline_only" is the unscheduled reference.
 """
 
 from tvm import s_tir, tirx
+
+from .reduction_schedule import tile_reductions
 
 INLINE_PREFIXES = ("pad", "T_pad", "T_reshape", "T_broadcast", "T_full", "T_expand_dims",
                    "T_transpose", "T_strided_slice")
 
 
 def inline_cheap_producers(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    sch = s_tir.Schedule(func)
+    return _inline(s_tir.Schedule(func)).mod["main"]
+
+
+def tiled(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    sch = _inline(s_tir.Schedule(func))
+    tile_reductions(sch)
+    return sch.mod["main"]
+
+
+def _inline(sch: s_tir.Schedule) -> s_tir.Schedule:
     changed = True
     while changed:  # inlining one block can make another inlinable
         changed = False
@@ -25,7 +39,7 @@ def inline_cheap_producers(func: tirx.PrimFunc) -> tirx.PrimFunc:
                     break
                 except Exception:  # an output block, or one read in a reduction init
                     continue
-    return sch.mod["main"]
+    return sch
 
 
 def _has_root(sch) -> bool:
@@ -36,7 +50,7 @@ def _has_root(sch) -> bool:
         return False
 
 
-SCHEDULES = {"default": inline_cheap_producers}
+SCHEDULES = {"inline_only": inline_cheap_producers, "default": tiled}
 
 
 def schedule(func: tirx.PrimFunc, target_schedule: str = "default") -> tirx.PrimFunc:

@@ -17,6 +17,7 @@ LOWERING_PASSES = [
     s_tir.transform.StmtSimplify(),
     s_tir.transform.LowerOpaqueBlock(),
     tirx.transform.FlattenBuffer(),
+    tirx.transform.UnrollLoop(),  # loops the schedule marked unrolled (register tiles)
     tirx.transform.NarrowDataType(32),
     tirx.transform.StmtSimplify(),
     tirx.transform.RemoveNoOp(),

@@ -1,0 +1,76 @@
+"""The tiled schedule against the unscheduled one: same numbers, and the loop shape it promises
+(no init condition in the loop nest, a unit-stride spatial loop innermost)."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te, topi
+
+from ubitrain.kernels.c_printer import print_kernel
+from ubitrain.kernels.schedules import SCHEDULES
+from ubitrain.lowering.tir_lower import lower_prim_func
+
+
+def _conv(n=2, c=3, f=6, hw=10, k=3, pad=1, stride=1):
+    x = te.placeholder((n, c, hw, hw), "float32", "x")
+    w = te.placeholder((f, c, k, k), "float32", "w")
+    return [x, w, topi.nn.conv2d_nchw(x, w, stride, pad, 1)]
+
+
+def _conv_transpose():
+    x = te.placeholder((2, 8, 6, 6), "float32", "x")
+    w = te.placeholder((8, 4, 3, 3), "float32", "w")
+    return [x, w, topi.nn.conv2d_transpose_nchw(x, w, (1, 1), (1, 1), "float32", (0, 0))]
+
+
+def _weight_grad():  # the conv weight gradient's shape: a 3x3 output, a 12x12 reduction
+    x = te.placeholder((4, 2, 14, 14), "float32", "x")  # [C, N, H, W]
+    g = te.placeholder((4, 6, 12, 12), "float32", "g")
+    return [x, g, topi.nn.conv2d_nchw(x, g, 1, 0, 1)]
+
+
+def _matmul(m=5, k=20, n=24):
+    a = te.placeholder((m, k), "float32", "a")
+    b = te.placeholder((k, n), "float32", "b")
+    return [a, b, topi.matmul(a, b)]
+
+
+def _depthwise():
+    x = te.placeholder((2, 8, 9, 9), "float32", "x")
+    w = te.placeholder((8, 1, 3, 3), "float32", "w")
+    return [x, w, topi.nn.depthwise_conv2d_nchw(x, w, 2, 1, 1)]
+
+
+CASES = {"conv": _conv, "conv_strided": lambda: _conv(stride=2, hw=9), "matmul": _matmul,
+         "conv_transpose": _conv_transpose, "weight_grad": _weight_grad,
+         "depthwise": _depthwise}
+
+
+def _run(func, arrays):
+    lib = tvm.compile(tvm.IRModule({"main": func}), target="llvm")
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(a, dev) for a in arrays]
+    lib["main"](*args)
+    return args[-1].numpy()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_tiled_schedule_matches_unscheduled(case):
+    tensors = CASES[case]()
+    func = te.create_prim_func(tensors)
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal([int(d) for d in t.shape]).astype("float32")
+              for t in tensors[:-1]]
+    arrays.append(np.zeros([int(d) for d in tensors[-1].shape], "float32"))
+    ref = _run(SCHEDULES["inline_only"](func), [a.copy() for a in arrays])
+    got = _run(SCHEDULES["default"](func), [a.copy() for a in arrays])
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["conv", "matmul", "conv_transpose"])
+def test_tiled_conv_and_matmul_have_no_condition_in_the_loop_nest(case):
+    func = te.create_prim_func(CASES[case]())
+    tiled = print_kernel(lower_prim_func(SCHEDULES["default"](func)), "k").source
+    plain = print_kernel(lower_prim_func(SCHEDULES["inline_only"](func)), "k").source
+    assert "== 0)" in plain  # the unscheduled init condition: if (k == 0) out = 0
+    assert "== 0)" not in tiled
