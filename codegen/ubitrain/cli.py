@@ -143,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--target", default="host",
                    help="host (the system compiler) or a cross target from ubitrain targets")
     b.add_argument("--build-dir", help="where CMake builds (default PROJECT/build-TARGET)")
+    from .memory.report import add_report_parser
+    add_report_parser(sub, _formatter)
     return parser
 
 
@@ -425,7 +427,14 @@ def cmd_targets(args) -> int:
     return 0
 
 
-COMMANDS = {"compile": cmd_compile, "demo": cmd_demo, "targets": cmd_targets}
+def cmd_report(args) -> int:
+    from .memory.report import cmd_report as report
+
+    return report(args)
+
+
+COMMANDS = {"compile": cmd_compile, "demo": cmd_demo, "targets": cmd_targets,
+            "report": cmd_report}
 
 
 def main(argv=None) -> int:

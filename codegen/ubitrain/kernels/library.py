@@ -22,6 +22,7 @@ class KernelLibrary:
         self.isa = isa
         self.kernels: dict[str, CKernel] = {}
         self._by_hash: dict[int, list[tuple[tirx.PrimFunc, CKernel]]] = {}
+        self.lowered: dict[str, tirx.PrimFunc] = {}  # kernel name -> the TIR it was printed from
 
     def add(self, func: tirx.PrimFunc, op_name: str, in_place: bool = False) -> CKernel:
         """Print `func` unless a structurally equal kernel is already in the library.
@@ -42,8 +43,19 @@ class KernelLibrary:
             raise CompileError(f"lowering kernel {op_name} failed: {err}") from err
         kernel = print_kernel(lowered, name, in_place=in_place)
         self.kernels[name] = kernel
+        self.lowered[name] = lowered
         self._by_hash.setdefault(key, []).append((func, kernel))
         return kernel
+
+    def in_place_variant(self, name: str) -> CKernel:
+        """Kernel `name` printed again for calls whose output aliases an input (no restrict,
+        values computed before stores): `ub_<dtype>_<op>_inplace__<isa>`."""
+        base, _, isa = name.rpartition("__")
+        variant = name if base.endswith("_inplace") else f"{base}_inplace__{isa}"
+        if variant not in self.kernels:
+            self.kernels[variant] = print_kernel(self.lowered[name], variant, in_place=True)
+            self.lowered[variant] = self.lowered[name]
+        return self.kernels[variant]
 
     def sources(self) -> list[str]:
         return [k.source for k in self.kernels.values()]

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..program.ir import PERSISTENT_KINDS, Program, Slot
-from .greedy_planner import GreedyPlanner, align_up
+from .arena_planner import ArenaPlanner
+from .greedy_planner import align_up
 
 
 @dataclass
@@ -22,6 +23,8 @@ class PlannedBuffer:
     offset: int
     lifetime: tuple[int, int] | None  # call indices in its program; None when persistent
     program: str | None
+    decision: str = "keep"  # what the plan does with it (kept in the arena for its lifetime)
+    shared_by: list[str] = field(default_factory=list)  # outputs written over it in place
 
 
 @dataclass
@@ -32,6 +35,9 @@ class MemoryPlan:
     alignment: int
     buffers: list[PlannedBuffer] = field(default_factory=list)
     offsets: dict = field(default_factory=dict)  # Slot (root) -> offset
+    # program -> bytes of outputs that took over a dying input's buffer (no buffer of their own)
+    in_place_bytes: dict = field(default_factory=dict)
+    strategy: dict = field(default_factory=dict)  # program -> the placement that won
 
     def bytes_by_kind(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -42,7 +48,7 @@ class MemoryPlan:
     def summary(self) -> str:
         ratio = self.arena_bytes / max(self.lower_bound_bytes, 1)
         return (f"arena {self.arena_bytes:,} B (lower bound {self.lower_bound_bytes:,} B, "
-                f"{ratio:.2f}x; persistent state {self.persistent_bytes:,} B)")
+                f"{ratio:.3f}x; persistent state {self.persistent_bytes:,} B)")
 
 
 def plan_memory(programs: list[Program], alignment: int = 16) -> MemoryPlan:
@@ -61,17 +67,22 @@ def plan_memory(programs: list[Program], alignment: int = 16) -> MemoryPlan:
         base += align_up(s.nbytes, alignment)
     persistent_bytes = base
 
-    transient_peak, lower_bound = 0, 0
+    transient_peak, lower_bound, strategy = 0, 0, {}
     for prog in programs:
-        planner = GreedyPlanner(alignment)
+        planner = ArenaPlanner(alignment)
         spans = prog.lifetimes()
         ids = {s: planner.add_buffer(s.nbytes, a, b) for s, (a, b) in spans.items()}
+        sharers: dict = {}
+        for s in prog.slots():
+            if s.in_place:
+                sharers.setdefault(s.root, []).append(s.name)
         for s, i in ids.items():
             offsets[s] = base + planner.offset(i)
             buffers.append(PlannedBuffer(s.name, s.kind, s.nbytes, offsets[s], spans[s],
-                                         prog.name))
+                                         prog.name, shared_by=sharers.get(s, [])))
         transient_peak = max(transient_peak, planner.arena_size())
         lower_bound = max(lower_bound, planner.lower_bound())
+        strategy[prog.name] = planner.strategy
     return MemoryPlan(
         arena_bytes=base + transient_peak,
         lower_bound_bytes=persistent_bytes + lower_bound,
@@ -79,4 +90,6 @@ def plan_memory(programs: list[Program], alignment: int = 16) -> MemoryPlan:
         alignment=alignment,
         buffers=buffers,
         offsets=offsets,
+        in_place_bytes={p.name: p.in_place_bytes for p in programs},
+        strategy=strategy,
     )

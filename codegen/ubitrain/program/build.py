@@ -5,7 +5,8 @@ Relax ops are legalized into TIR PrimFuncs (each printed once into the kernel li
 storage. The training program then gets what Relax does not express: Dropout masks drawn at
 the start, a check that the loss is finite before anything is written, the new BatchNorm
 buffers copied back, and one in-place optimizer update per trainable parameter, placed right
-after the last use of that parameter and its gradient (TinyEngine's early update).
+after the last use of that parameter and its gradient (TinyEngine's early update). Last,
+elementwise kernels write over an input that dies at the call (in-place sharing).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..errors import CompileError
 from ..kernels.library import KernelLibrary
 from ..lowering.reductions import reduction_legalizations
 from ..training.graph import TrainingModule
+from .inplace import share_in_place
 from .ir import Call, Program, Slot
 
 
@@ -161,6 +163,9 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
     output = Slot("output", out.shape, out.dtype, "output")
     predict = Program("predict", pwalker.calls + [Call("ub_copy", [out, output], [1],
                                                        builtin=True)])
+    # Elementwise kernels overwrite an input that dies at the call (program/inplace.py).
+    train.in_place_bytes = share_in_place(train, library)
+    predict.in_place_bytes = share_in_place(predict, library)
     return train, predict, state, opt_state, inputs, labels, output
 
 

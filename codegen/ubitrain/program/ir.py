@@ -34,6 +34,7 @@ class Slot:
     value: np.ndarray | None = None  # initial value (state) or the value (constant)
     view_of: Slot | None = None  # a reshape shares its source's storage
     label: str | None = None  # the user-facing name (state_dict name) of a state slot
+    in_place: bool = False  # a view because a kernel writes it over its dying input
 
     @property
     def nbytes(self) -> int:
@@ -79,6 +80,7 @@ class Call:
 class Program:
     name: str  # "train_step" or "predict"
     calls: list[Call]
+    in_place_bytes: int = 0  # bytes of outputs that share an input's buffer (inplace.py)
 
     def slots(self) -> list[Slot]:
         seen, order = set(), []

@@ -1,0 +1,163 @@
+"""`ubitrain report`: the arena of one step drawn over time, and a text summary of the plan.
+
+The picture has the step's calls on the x axis and arena addresses on the y axis. Every
+buffer is a rectangle from its first to its last use, at its offset, colored by kind;
+persistent state (parameters, buffers, optimizer state) is the band at the bottom that spans
+the whole step. Buffers that in-place kernels write over are hatched. A line
+shows the bytes alive at each call, so the gap between it and the top of the rectangles is
+what the placement loses to fragmentation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .plan import MemoryPlan
+
+KIND_COLORS = {
+    "parameter": "#4c72b0", "buffer": "#64b5cd", "optimizer_state": "#8172b2",
+    "coefficients": "#937860", "activation": "#dd8452", "gradient": "#55a868",
+    "mask": "#da8bc3", "scratch": "#8c8c8c",
+}
+
+
+def _calls(plan: MemoryPlan, program: str) -> int:
+    return max((b.lifetime[1] + 1 for b in plan.buffers if b.program == program), default=1)
+
+
+def live_bytes(plan: MemoryPlan, program: str) -> list[int]:
+    """Bytes alive (persistent state included) before each call of `program`."""
+    n = _calls(plan, program)
+    live = [plan.persistent_bytes] * n
+    for b in plan.buffers:
+        if b.program == program:
+            size = -(-b.nbytes // plan.alignment) * plan.alignment
+            for t in range(b.lifetime[0], b.lifetime[1] + 1):
+                live[t] += size
+    return live
+
+
+def render_png(plan: MemoryPlan, path, program: str = "train_step", title: str = "") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+
+    n = _calls(plan, program)
+    kib = 1024.0
+    fig, ax = plt.subplots(figsize=(12, 6.5), dpi=110)
+    plt.rcParams["hatch.color"] = "#00000055"
+    plt.rcParams["hatch.linewidth"] = 0.5
+    for b in plan.buffers:
+        if b.lifetime is None:
+            x0, width = 0, n
+        elif b.program == program:
+            x0, width = b.lifetime[0], b.lifetime[1] - b.lifetime[0] + 1
+        else:
+            continue
+        ax.add_patch(Rectangle((x0, b.offset / kib), width, b.nbytes / kib,
+                               facecolor=KIND_COLORS.get(b.kind, "#cccccc"),
+                               edgecolor="#ffffff", linewidth=0.3,
+                               hatch="////" if b.shared_by else None))
+    live = live_bytes(plan, program)
+    xs = [x for t in range(n) for x in (t, t + 1)]
+    ax.plot(xs, [v / kib for v in live for _ in (0, 1)], color="#1a1a1a", linewidth=0.7,
+            label="bytes alive at each call")
+    ax.axhline(plan.arena_bytes / kib, color="#c44e52", linestyle="--", linewidth=1.0,
+               label=f"arena {plan.arena_bytes / kib:,.1f} KiB")
+    ax.axhline(plan.lower_bound_bytes / kib, color="#c44e52", linestyle=":", linewidth=1.0,
+               label=f"lower bound {plan.lower_bound_bytes / kib:,.1f} KiB")
+    ax.set_xlim(0, n)
+    ax.set_ylim(0, plan.arena_bytes / kib * 1.04)
+    ax.set_xlabel(f"call of {program} (forward, loss, backward with early updates)")
+    ax.set_ylabel("arena offset (KiB)")
+    ax.set_title(title or f"{program}: {plan.summary()}", fontsize=10)
+    kinds = sorted({b.kind for b in plan.buffers
+                    if b.lifetime is None or b.program == program},
+                   key=list(KIND_COLORS).index)
+    handles = [Patch(facecolor=KIND_COLORS[k], label=k.replace("_", " ")) for k in kinds]
+    handles.append(Patch(facecolor="#dddddd", edgecolor="#ffffff", hatch="////",
+                         label="written over in place"))
+    line_handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + line_handles, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              fontsize=8, frameon=False)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def text_summary(plan: MemoryPlan, program: str = "train_step", top: int = 12) -> str:
+    lines = [f"memory plan: {plan.summary()}"]
+    ratio = plan.arena_bytes / max(plan.lower_bound_bytes, 1)
+    lines.append(f"placement: {plan.strategy.get(program, '?')} "
+                 f"({ratio:.4f} x lower bound)")
+    no_reuse = sum(b.nbytes for b in plan.buffers if b.lifetime is None or
+                   b.program == program)
+    lines.append(f"all buffers of {program} without reuse: {no_reuse:,} B; "
+                 f"outputs written over their input in place: "
+                 f"{plan.in_place_bytes.get(program, 0):,} B")
+    live = live_bytes(plan, program)
+    peak_at = max(range(len(live)), key=live.__getitem__)
+    lines.append(f"most bytes alive: {live[peak_at]:,} B at call {peak_at}")
+    lines.append("bytes by kind:")
+    for kind, nbytes in sorted(plan.bytes_by_kind().items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {kind:<16} {nbytes:>12,} B")
+    lines.append(f"largest buffers of {program} (name, kind, bytes, offset, lifetime, "
+                 "decision):")
+    mine = [b for b in plan.buffers if b.program == program]
+    for b in sorted(mine, key=lambda b: -b.nbytes)[:top]:
+        shared = f", shared in place by {len(b.shared_by)}" if b.shared_by else ""
+        lines.append(f"  {b.name:<28} {b.kind:<12} {b.nbytes:>10,} B  @ {b.offset:>10,}  "
+                     f"calls {b.lifetime[0]}-{b.lifetime[1]}  {b.decision}{shared}")
+    return "\n".join(lines)
+
+
+# ---- the `ubitrain report` command -------------------------------------------------------
+REPORT_HELP = """\
+Compile a model (as "ubitrain compile" does) and show its memory plan: a PNG of the arena
+over the training step (buffers as rectangles in time x address, colored by kind) and a
+text summary (arena, lower bound, bytes by kind, the largest buffers)."""
+
+
+def add_report_parser(sub, formatter):
+    r = sub.add_parser("report", help="draw the memory plan of a model (PNG + summary)",
+                       description=REPORT_HELP, formatter_class=formatter)
+    r.add_argument("model", metavar="MODEL", help='"path/to/file.py:factory"')
+    r.add_argument("--loss", default="cross_entropy", help="cross_entropy (default) or mse")
+    r.add_argument("--optimizer", default="sgd", type=str.lower, help="sgd, adam or adamw")
+    r.add_argument("--lr", type=float, default=None, help="learning rate")
+    r.add_argument("--momentum", type=float, default=None, help="SGD momentum")
+    r.add_argument("--weight-decay", type=float, default=None, help="weight decay")
+    r.add_argument("--batch", type=int, default=None, help="batch size")
+    r.add_argument("--input-shape", default=None, metavar="D,D,...",
+                   help="shape of one sample (when the factory returns only a module)")
+    r.add_argument("--target", default="host", help="target name (default host)")
+    r.add_argument("--out-dir", default=None, help="where to write the C project")
+    r.add_argument("--png", default=None,
+                   help="where to write the picture (default OUT_DIR/memory_plan.png)")
+    r.add_argument("--program", default="train_step", choices=["train_step", "predict"])
+    r.add_argument("--verbose", action="store_true", help="on an error, print its details")
+
+
+def cmd_report(args) -> int:
+    import ubitrain as ub
+    from ubitrain.cli import load_factory, make_optimizer, model_from_factory
+
+    optimizer = make_optimizer(args.optimizer, args.lr, args.momentum, args.weight_decay)
+    module, inputs, labels = model_from_factory(load_factory(args.model), args.model,
+                                                args.batch, args.input_shape, args.loss)
+    out_dir = Path(args.out_dir or Path("build") / Path(args.model.rpartition(":")[0]).stem)
+    pkg = ub.compile(module, inputs, labels, loss=args.loss, optimizer=optimizer,
+                     target=args.target, out_dir=out_dir)
+    png = render_png(pkg.memory_plan, args.png or out_dir / "memory_plan.png", args.program,
+                     title=f"{type(module).__name__}, batch {int(inputs[0].shape[0])}: "
+                           f"{pkg.memory_plan.summary()}")
+    summary = text_summary(pkg.memory_plan, args.program)
+    (png.parent / (png.stem + ".txt")).write_text(summary + "\n")
+    print(summary)
+    print(f"picture written to {png}; summary to {png.with_suffix('.txt')}")
+    return 0
