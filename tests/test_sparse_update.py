@@ -19,6 +19,9 @@ def test_selection():
         "conv.bias", "bn.weight", "bn.bias", "fc.weight", "fc.bias"]
     with pytest.raises(ub.CompileError, match="selects nothing"):
         ub.SparseUpdate()
+    # A layer trained whole (last_layers) needs no channel split.
+    rule = ub.SparseUpdate(last_layers=1, channels={"conv": 0.5, "fc": 0.5})
+    assert rule.channel_fractions(rule.select(params)) == {"conv": 0.5}
     with pytest.raises(ub.CompileError, match="more layers than the model has"):
         ub.SparseUpdate(last_layers=4).select(params)
 
@@ -56,15 +59,81 @@ def test_sparse_update_trains_like_pytorch_with_the_rest_frozen(rule, tmp_path):
             assert np.array_equal(params[name], initial[name].numpy()), name  # frozen
 
 
+def test_a_fraction_of_channels_trains_like_pytorch_with_the_other_rows_frozen(tmp_path):
+    """tiny-training's channel-sparse update: PyTorch trains the whole weight and the frozen
+    rows are put back after each step, which is exact for an elementwise optimizer."""
+    entry = ZOO["lenet5"]
+    torch.manual_seed(1)
+    model = entry.factory().train()
+    batches = [(torch.randn(4, *entry.sample_shape), torch.randint(0, 10, (4,)))
+               for _ in range(3)]
+    rule = ub.SparseUpdate(biases=True, channels={"features.3": 0.5, "classifier.0": 0.25})
+    pkg = ub.compile(copy.deepcopy(model), batches[0][:1], batches[0][1], trainable=rule,
+                     optimizer=ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-3),
+                     out_dir=tmp_path / "channels")
+    trained_rows = {"features.3.weight": 8, "classifier.0.weight": 30}  # ceil(16/2), ceil(120/4)
+    assert [n for n in pkg.trainable if "[" in n] == ["features.3.weight[0:8]",
+                                                       "classifier.0.weight[0:30]"]
+    # The backward pass computes the weight gradient of the trained rows only.
+    grads = [s.shape for s in pkg.programs["train_step"].slots() if s.kind == "gradient"]
+    assert (30, 400) in grads and (120, 400) not in grads
+    assert (8, 6, 5, 5) in grads and (16, 6, 5, 5) not in grads
+
+    trainer = pkg.build()
+    initial = copy.deepcopy(model.state_dict())
+    reference = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
+    for x, y in batches:
+        loss = trainer.step(x, y)
+        reference.zero_grad()
+        expected = torch.nn.functional.cross_entropy(model(x), y)
+        expected.backward()
+        reference.step()
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                rows = trained_rows.get(name, p.shape[0] if name.endswith(".bias") else 0)
+                p[rows:] = initial[name][rows:]
+        assert abs(loss - expected.item()) <= 1e-4 * expected.item()
+    params = trainer.parameters()
+    for name, value in model.state_dict().items():
+        v = value.numpy()
+        assert np.abs(params[name] - v).max() <= 1e-4 * max(np.abs(v).max(), 1e-6), name
+    for name, rows in trained_rows.items():
+        assert np.array_equal(params[name][rows:], initial[name].numpy()[rows:]), name
+        assert not np.array_equal(params[name][:rows], initial[name].numpy()[:rows]), name
+
+
+def test_channel_fractions_are_checked(tmp_path):
+    entry = ZOO["mobilenetv2_small"]
+    x, y = torch.randn(2, *entry.sample_shape), torch.randint(0, 10, (2,))
+    depthwise = [n for n, m in entry.factory().named_modules()
+                 if isinstance(m, torch.nn.Conv2d) and m.groups > 1][0]
+    cases = [({depthwise: 0.5}, "groups=1"),
+             ({"no_such_layer": 0.5}, "no layer 'no_such_layer'"),
+             ({depthwise: 1.5}, r"must be in \(0, 1\]")]
+    for channels, message in cases:
+        with pytest.raises(ub.CompileError, match=message):
+            ub.compile(entry.factory(), (x,), y, trainable=ub.SparseUpdate(channels=channels),
+                       out_dir=tmp_path / "bad")
+
+
 def test_pruned_backward_needs_less_memory(tmp_path):
     entry = ZOO["mobilenetv2_small"]
     x, y = torch.randn(4, *entry.sample_shape), torch.randint(0, 10, (4,))
-    arena = {}
+    arena, adam_state = {}, {}
     for label, rule in [("full", None), ("biases", ub.SparseUpdate(biases=True)),
-                        ("last2", ub.SparseUpdate(last_layers=2))]:
-        pkg = ub.compile(entry.factory(), (x,), y, trainable=rule, out_dir=tmp_path / label)
+                        ("last2", ub.SparseUpdate(last_layers=2)),
+                        ("head_quarter", ub.SparseUpdate(channels={"head.0": 0.25})),
+                        ("head_whole", ub.SparseUpdate(channels={"head.0": 1.0}))]:
+        pkg = ub.compile(entry.factory(), (x,), y, trainable=rule, optimizer=ub.Adam(),
+                         out_dir=tmp_path / label)
         arena[label] = pkg.memory_plan.arena_bytes
+        adam_state[label] = pkg.memory_plan.bytes_by_kind().get("optimizer_state", 0)
     assert arena["last2"] < arena["biases"] < arena["full"]
+    assert arena["last2"] * 3 < arena["full"]
+    # head.0 is a 1x1 Conv2d 16 -> 64: Adam keeps two moments for 16 of its 64 rows.
+    assert adam_state["head_whole"] == 2 * 64 * 16 * 4
+    assert adam_state["head_quarter"] == adam_state["head_whole"] // 4
+    assert arena["head_quarter"] < arena["head_whole"]
     assert arena["last2"] * 3 < arena["full"]
 
 

@@ -17,6 +17,7 @@ from tvm import relax, te
 
 from ..errors import CompileError
 from ..kernels.library import KernelLibrary
+from ..kernels.microkernels import tagging_legalizations
 from ..lowering.reductions import reduction_legalizations
 from ..training.graph import TrainingModule
 from .inplace import share_in_place
@@ -25,6 +26,7 @@ from .ir import Call, Program, Slot
 
 def legalize(mod: tvm.IRModule, accumulate_dtype: str = "float32") -> tvm.IRModule:
     custom = {"relax.reshape": lambda bb, call: call}  # kept as a view, never a kernel
+    custom.update(tagging_legalizations())  # conv/matmul PrimFuncs remember their op
     if accumulate_dtype != "float32":
         custom.update(reduction_legalizations(accumulate_dtype))
     mod = relax.transform.LegalizeOps(customize_legalize_map=custom)(mod)
@@ -98,35 +100,46 @@ class _FunctionWalker:
         self.calls.append(Call(kernel.name, args, sorted(kernel.written), scratch=scratch))
 
 
-def _state_slots(tm: TrainingModule, optimizer) -> tuple[dict[str, Slot], dict[str, list[Slot]]]:
+def _state_slots(tm: TrainingModule, optimizer):
+    """(state slots by name, optimizer state slots by trained name, the parts of weights
+    trained by channels as views into their weight's slot, by part name)."""
     state = {}
-    for s in tm.graph.state:
+    for s in tm.predict_graph.state:  # the model's state, whole
         kind = "parameter" if s.is_parameter else "buffer"
         state[s.name] = Slot(_c(s.name), s.value.shape, str(s.value.dtype), kind, s.value,
                              label=s.name)
+    parts = {}
+    for split in (s for s in tm.channel_splits if s.partial):
+        whole = state[split.param]
+        row_bytes = whole.nbytes // split.channels
+        for name, start, stop in ((split.trained_name, 0, split.trained),
+                                  (split.frozen_name, split.trained, split.channels)):
+            parts[name] = Slot(_c(name), (stop - start,) + whole.shape[1:], whole.dtype,
+                               "parameter", view_of=whole, offset=start * row_bytes, label=name)
     opt_state = {}
     for name in tm.trainable:
-        p = state[name]
+        p = parts.get(name) or state[name]
         opt_state[name] = [
             Slot(_c(f"{name}.{st}"), p.shape, p.dtype, "optimizer_state",
                  np.zeros(p.shape, p.dtype), label=f"{name}.{st}")
             for st in optimizer.state_names
         ]
-    return state, opt_state
+    return state, opt_state, parts
 
 
 def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
                    accumulate_dtype: str = "float32"):
     """Return (train_step, predict, state slots, optimizer state slots, io slots)."""
     mod = legalize(tm.mod, accumulate_dtype)
-    state, opt_state = _state_slots(tm, optimizer)
+    state, opt_state, parts = _state_slots(tm, optimizer)
     g = tm.graph
     inputs = [Slot(spec.name, spec.shape, spec.dtype, "input") for spec in g.input_specs]
     labels = Slot("labels", tm.labels_shape, tm.labels_dtype, "label")
 
     # ---- train_step -------------------------------------------------------------------------
     train_fn = mod["main"]
-    env = dict(zip(train_fn.params, inputs + [labels] + [state[s.name] for s in g.state]))
+    train_state = [parts.get(s.name) or state[s.name] for s in g.state]
+    env = dict(zip(train_fn.params, inputs + [labels] + train_state))
     walker = _FunctionWalker(mod, library, env, "tr_")
     # Dropout masks are the function's last parameters; the runtime draws them first.
     masks = []
@@ -148,7 +161,8 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
     calls.insert(loss_at + 1, Call("ub_check_loss", [loss], [], builtin=True))
     for name, new in zip(tm.buffer_updates, new_buffers):
         calls.append(Call("ub_copy", [new, state[name]], [1], builtin=True))
-    coef_call, updates = _optimizer_calls(tm, optimizer, library, state, opt_state, grads)
+    coef_call, updates = _optimizer_calls(tm, optimizer, library, state, parts, opt_state,
+                                          grads)
     if coef_call:
         calls = [coef_call] + _place_early(calls, updates)
     calls.append(Call("ub_copy", [loss, loss_out], [1], builtin=True))
@@ -169,7 +183,7 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
     return train, predict, state, opt_state, inputs, labels, output
 
 
-def _optimizer_calls(tm, optimizer, library, state, opt_state, grads):
+def _optimizer_calls(tm, optimizer, library, state, parts, opt_state, grads):
     if not tm.trainable:
         return None, []
     coef_code = optimizer.coefficient_code()
@@ -179,7 +193,7 @@ def _optimizer_calls(tm, optimizer, library, state, opt_state, grads):
                      attrs={"code": coef_code})
     updates = []
     for name, grad in zip(tm.trainable, grads):
-        param, states = state[name], opt_state[name]
+        param, states = parts.get(name) or state[name], opt_state[name]
         func = _update_prim_func(optimizer, param, states, coef)
         # In place: the new parameter and state overwrite the old, element by element.
         kernel = library.add(func, f"{type(optimizer).__name__.lower()}_update", in_place=True)

@@ -33,6 +33,7 @@ class Slot:
     kind: str  # one of the *_KINDS above, or "constant"
     value: np.ndarray | None = None  # initial value (state) or the value (constant)
     view_of: Slot | None = None  # a reshape shares its source's storage
+    offset: int = 0  # bytes into view_of's storage (a part of a weight trained by channels)
     label: str | None = None  # the user-facing name (state_dict name) of a state slot
     in_place: bool = False  # a view because a kernel writes it over its dying input
 
@@ -43,6 +44,11 @@ class Slot:
     @property
     def root(self) -> Slot:
         return self.view_of.root if self.view_of is not None else self
+
+    @property
+    def root_offset(self) -> int:
+        """Where this slot starts in its root's storage, in bytes."""
+        return self.offset + (self.view_of.root_offset if self.view_of is not None else 0)
 
     @property
     def persistent(self) -> bool:

@@ -69,7 +69,7 @@ class _CallPrinter:
             return self.externals[id(root)]
         ctype = c_type(slot.dtype)
         const = "" if writable else "const "
-        return f"(({const}{ctype} *)(A + {self.plan.offsets[root]}u))"
+        return f"(({const}{ctype} *)(A + {self.plan.offsets[root] + slot.root_offset}u))"
 
     def statement(self, call: Call) -> str:
         if call.builtin:
@@ -118,8 +118,9 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
     printer = _CallPrinter(plan, const_names, externals)
 
     tensors, initial, zeroed = [], [], []
+    trained = {t.split("[", 1)[0] for t in trainable}  # "fc.weight[0:4]": fc.weight trains
     for name, slot in state.items():
-        tensors.append(_tensor_row(name, slot, plan, slot.kind, name in trainable))
+        tensors.append(_tensor_row(name, slot, plan, slot.kind, name in trained))
         initial.append(dict(cname=slot.name, ctype=c_type(slot.dtype), elements=slot.value.size,
                             data=c_array(slot.value), offset=plan.offsets[slot]))
     for slots in opt_state.values():

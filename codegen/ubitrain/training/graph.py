@@ -8,7 +8,7 @@ only fed them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tvm
 from tvm import relax
@@ -17,6 +17,7 @@ from ..errors import CompileError
 from ..frontend.forward import ForwardGraph
 from ..frontend.onnx_import import import_onnx, is_onnx_model
 from ..frontend.torch_export import import_forward
+from .channel_split import ChannelSplit, plan_splits, split_channels
 from .gradients import register_gradients
 from .losses import append_loss, label_spec, labels_var
 from .sparse_update import SparseUpdate
@@ -31,6 +32,7 @@ class TrainingModule:
     labels_dtype: str
     trainable: list[str]
     buffer_updates: list[str]  # state names, in the order of the training outputs
+    channel_splits: list[ChannelSplit] = field(default_factory=list)  # weights trained in part
 
 
 def resolve_trainable(graph: ForwardGraph, trainable) -> list[str]:
@@ -48,6 +50,12 @@ def resolve_trainable(graph: ForwardGraph, trainable) -> list[str]:
     return [p for p in params if p in set(trainable)]
 
 
+def _model_order(graph: ForwardGraph, names: list[str], splits) -> list[str]:
+    """The trained names with each split weight's trained part where the weight would be."""
+    trained = set(names) | {s.trained_name for s in splits}
+    return [s.name for s in graph.state if s.name in trained]
+
+
 def _adjoint_as_main(mod: tvm.IRModule) -> tvm.IRModule:
     """Keep every function (kernels that gradient rules emitted included) under its own
     GlobalVar, with the differentiated step as "main"."""
@@ -63,6 +71,7 @@ def _adjoint_as_main(mod: tvm.IRModule) -> tvm.IRModule:
 def build_training_module(model, example_inputs: tuple, labels, loss: str,
                           trainable=None) -> TrainingModule:
     register_gradients()
+    splits: list[ChannelSplit] = []
     labels_shape = tuple(labels.shape)
     labels_dtype = str(labels.dtype).replace("torch.", "")
     holder = {}
@@ -86,6 +95,10 @@ def build_training_module(model, example_inputs: tuple, labels, loss: str,
     predict_mod, predict_graph = importer(False)
 
     names = resolve_trainable(graph, trainable)
+    if isinstance(trainable, SparseUpdate):
+        splits = plan_splits(graph, trainable.channel_fractions(names))
+        train_mod, graph = split_channels(train_mod, graph, splits)
+        names = _model_order(graph, names, splits)
     require = [graph.state_vars[n] for n in names]
     mod = tvm.IRModule({"main": train_mod["main"], "predict": predict_mod["main"]})
     if require:
@@ -96,4 +109,5 @@ def build_training_module(model, example_inputs: tuple, labels, loss: str,
         mod = _adjoint_as_main(mod)
     return TrainingModule(mod=mod, graph=graph, predict_graph=predict_graph,
                           labels_shape=labels_shape, labels_dtype=holder["labels_dtype"],
-                          trainable=names, buffer_updates=holder["updates"])
+                          trainable=names, buffer_updates=holder["updates"],
+                          channel_splits=splits)
