@@ -1,0 +1,9 @@
+"""precision="int8": NITI's integer-only training (ALGORITHMS.md section 4).
+
+rounding.py, quantize.py, loss.py, rescale.py, update.py and reference.py are the numpy
+reference of the algorithm; lower.py turns a module into the int8 layer program (layers.py).
+"""
+
+from .update import NITI
+
+__all__ = ["NITI"]

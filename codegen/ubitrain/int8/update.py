@@ -1,0 +1,46 @@
+"""NITI's integer weight update and its mu schedule, as the optimizer of precision="int8".
+
+    g8 = PstoShift(G32, bitlen(max|G32|) - mu);  w8 = clip(w8 - g8, -127, 127)
+
+There is no learning rate: the largest step of a layer is about 2^mu - 1 LSBs of its weight,
+whatever the gradient's scale. mu falls over training (NITI: 5, then 4, then 3): `mu[i]`
+holds from step `milestones[i-1]` (0 for the first) until `milestones[i]`, counting completed
+training steps.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from ..errors import CompileError
+
+
+@dataclass(frozen=True)
+class NITI:
+    """precision="int8" training: the mu schedule and self-adaptive rescaling.
+
+    adaptive_rescale: reuse each tensor's previous shift instead of reducing for its maximum
+    every step (rescale.py); max_interval bounds the steps between two reductions."""
+
+    mu: tuple[int, ...] = (5, 4, 3)
+    milestones: tuple[int, ...] = (200, 400)
+    adaptive_rescale: bool = False
+    max_interval: int = 64
+
+    def __post_init__(self):
+        mu, milestones = tuple(self.mu), tuple(self.milestones)
+        object.__setattr__(self, "mu", mu)
+        object.__setattr__(self, "milestones", milestones)
+        if not mu or any(not 1 <= m <= 7 for m in mu):
+            raise CompileError(f"NITI(mu={mu}): each mu must be in [1, 7] (the largest update "
+                               "of a step is 2^mu - 1 LSBs)")
+        if len(milestones) != len(mu) - 1 or list(milestones) != sorted(set(milestones)) \
+                or any(m < 1 for m in milestones):
+            raise CompileError(f"NITI(mu={mu}, milestones={milestones}): give one increasing "
+                               f"positive step count per change of mu ({len(mu) - 1} here)")
+        if not 1 <= self.max_interval <= 1 << 20:
+            raise CompileError(f"NITI(max_interval={self.max_interval}) must be in [1, 2^20]")
+
+    def mu_at(self, completed_steps: int) -> int:
+        return self.mu[bisect.bisect_right(self.milestones, completed_steps)]
