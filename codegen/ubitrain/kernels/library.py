@@ -2,6 +2,9 @@
 
 Kernel names follow CONVENTIONS.md: `ub_<dtype>_<op>__<isa>`, where the op part is the
 PrimFunc's name (made unique) and the ISA is `scalar` for the printed plain-C variant.
+A library for an ISA with micro-kernels (kernels/microkernels/) renders those instead where
+one matches the kernel's op: `ub_<dtype>_<op>_ukernel_<tile>__<isa>`, with the code they
+share (packers, the GEMM micro-kernel) emitted once ahead of the kernels.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from tvm import tirx
 
 from ..errors import CompileError
 from ..lowering.tir_lower import lower_prim_func
+from . import microkernels
 from .c_printer import CKernel, print_kernel
 from .schedules import schedule
 
@@ -19,8 +23,9 @@ DTYPE_TOKENS = {"float32": "f32", "int8": "s8", "int32": "s32", "int64": "s64", 
 
 class KernelLibrary:
     def __init__(self, isa: str = "scalar"):
-        self.isa = isa
+        self.isa = isa  # the target's micro-kernel ISA; printed kernels are always `scalar`
         self.kernels: dict[str, CKernel] = {}
+        self.support: dict[str, str] = {}  # code shared by micro-kernels, by name
         self._by_hash: dict[int, list[tuple[tirx.PrimFunc, CKernel]]] = {}
         self.lowered: dict[str, tirx.PrimFunc] = {}  # kernel name -> the TIR it was printed from
 
@@ -33,10 +38,16 @@ class KernelLibrary:
             if tvm_ffi.structural_equal(known, func):
                 return kernel
         out_dtype = str(func.params[-1].dtype) if func.params else "float32"
-        base = f"ub_{DTYPE_TOKENS.get(out_dtype, out_dtype)}_{_c_ident(op_name)}"
-        name, i = f"{base}__{self.isa}", 1
+        dtype = DTYPE_TOKENS.get(out_dtype, out_dtype)
+        planned = None if in_place else microkernels.plan(func, self.isa)
+        if planned is not None:
+            kernel = self._add_microkernel(func, dtype, *planned)
+            self._by_hash.setdefault(key, []).append((func, kernel))
+            return kernel
+        base = f"ub_{dtype}_{_c_ident(op_name)}"
+        name, i = f"{base}__scalar", 1
         while name in self.kernels:
-            name, i = f"{base}{i}__{self.isa}", i + 1
+            name, i = f"{base}{i}__scalar", i + 1
         try:
             lowered = lower_prim_func(schedule(func))
         except Exception as err:
@@ -45,6 +56,16 @@ class KernelLibrary:
         self.kernels[name] = kernel
         self.lowered[name] = lowered
         self._by_hash.setdefault(key, []).append((func, kernel))
+        return kernel
+
+    def _add_microkernel(self, func, dtype, family, op, params) -> CKernel:
+        tile = microkernels.tile(self.isa)
+        name, i = f"ub_{dtype}_{op}_ukernel_{tile}__{self.isa}", 1
+        while name in self.kernels:
+            name, i = f"ub_{dtype}_{op}{i}_ukernel_{tile}__{self.isa}", i + 1
+        kernel = microkernels.render_kernel(func, self.isa, family, name, params)
+        self.support.update(microkernels.support_sources(self.isa))
+        self.kernels[name] = kernel
         return kernel
 
     def in_place_variant(self, name: str) -> CKernel:
@@ -58,7 +79,7 @@ class KernelLibrary:
         return self.kernels[variant]
 
     def sources(self) -> list[str]:
-        return [k.source for k in self.kernels.values()]
+        return list(self.support.values()) + [k.source for k in self.kernels.values()]
 
 
 def _c_ident(name: str) -> str:

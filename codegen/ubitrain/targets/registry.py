@@ -74,9 +74,10 @@ TARGETS = {
                True),
         Target("aarch64-neon", "AArch64 + NEON, the Android arm64-v8a ISA (the NDK builds the "
                "same project)",
-               "scalar", 16, False, vector_bytes=16, toolchain_dir="aarch64-neon",
+               "neon", 16, False, vector_bytes=16, toolchain_dir="aarch64-neon",
                compiler="aarch64-linux-gnu-gcc", compile_flags="-O2 -march=armv8-a",
-               emulator=("qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "{binary}")),
+               emulator=("qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "{binary}"),
+               kernel_variants=("neon", "scalar")),
         Target("cortex-m4", "Cortex-M4F (single-precision FPU) on the mps2-an386 board",
                "scalar", 8, False, accumulate_dtype="float32", vector_bytes=4,
                toolchain_dir="cortex-m4", compiler="arm-none-eabi-gcc",

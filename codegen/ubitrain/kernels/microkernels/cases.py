@@ -1,0 +1,39 @@
+"""Kernels of the ops that have micro-kernels, made the way a training graph makes them: a
+Relax conv2d (or matmul) with its Relax Gradient, legalized with the tagging rules of
+program/build.py. The tests and benchmarks/icount.py build their kernel variants from these
+PrimFuncs."""
+
+from __future__ import annotations
+
+from tvm import relax
+
+from .tagging import op_info, tagging_legalizations
+
+
+def _legalized_funcs(build_body, params) -> list:
+    bb = relax.BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.sum(build_body(bb)))
+        bb.emit_func_output(out)
+    mod = relax.transform.Gradient("main")(bb.get())
+    mod = relax.transform.LegalizeOps(customize_legalize_map=tagging_legalizations())(mod)
+    funcs = [(gv.name_hint, f) for gv, f in mod.functions.items()
+             if not isinstance(f, relax.Function) and op_info(f) is not None]
+    return [f for _, f in sorted(funcs, key=lambda item: item[0])]
+
+
+def conv2d_funcs(x_shape, w_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1)) -> list:
+    """The forward conv, its data gradient (conv2d_transpose) and weight gradient."""
+    x = relax.Var("x", relax.TensorType(x_shape, "float32"))
+    w = relax.Var("w", relax.TensorType(w_shape, "float32"))
+    pad = [padding[0], padding[1], padding[0], padding[1]]
+    return _legalized_funcs(lambda bb: bb.emit(relax.op.nn.conv2d(
+        x, w, strides=stride, padding=pad, dilation=dilation)), [x, w])
+
+
+def matmul_funcs(m: int, k: int, n: int) -> list:
+    """a [m, k] . b [k, n] and its two gradients."""
+    a = relax.Var("a", relax.TensorType((m, k), "float32"))
+    b = relax.Var("b", relax.TensorType((k, n), "float32"))
+    return _legalized_funcs(lambda bb: bb.emit(relax.op.matmul(a, b)), [a, b])

@@ -1,0 +1,42 @@
+"""Which micro-kernels exist: per ISA, its GEMM micro-kernel (template and register tile);
+per op family, the template that drives it and the name of the generated kernel.
+
+Adding an ISA: a GEMM template under templates/<isa>/ and a row in GEMM_CORES. Adding an op
+family: a matcher in match.py, a template under templates/common/ (or per ISA) and a row in
+FAMILIES. Names follow CONVENTIONS.md: ub_<dtype>_<op>_ukernel_<tile>__<isa>.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GemmCore:
+    template: str
+    mr: int  # rows of C held in registers
+    nr: int  # columns of C held in registers
+    header: str  # the intrinsics header the core includes
+
+    @property
+    def tile(self) -> str:
+        return f"{self.mr}x{self.nr}"
+
+
+GEMM_CORES = {
+    "neon": GemmCore("neon/gemm.c.j2", 4, 8, "arm_neon.h"),
+}
+
+# family -> (template, op token of the kernel name per mode)
+FAMILIES = {
+    "conv2d": ("common/conv2d.c.j2", {"forward": "conv2d", "bwd_data": "conv2d_bwd_data",
+                                      "bwd_weight": "conv2d_bwd_weight"}),
+    "matmul": ("common/matmul.c.j2", {None: "matmul"}),
+}
+
+# Support code that kernels share, emitted once per model before the kernels.
+SUPPORT = {"pack": "common/pack.c.j2"}
+
+
+def gemm_name(isa: str) -> str:
+    return f"ub_f32_gemm_ukernel_{GEMM_CORES[isa].tile}__{isa}"

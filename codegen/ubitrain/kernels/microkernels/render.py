@@ -1,0 +1,70 @@
+"""Render micro-kernels from their Jinja templates into CKernels for the kernel library."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from ..c_printer import CKernel
+from .manifest import FAMILIES, GEMM_CORES, SUPPORT, gemm_name
+from .match import match
+from .tagging import op_info
+
+TEMPLATES = Path(__file__).parent / "templates"
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True,
+                          lstrip_blocks=True, keep_trailing_newline=True,
+                          undefined=jinja2.StrictUndefined)
+
+
+def _render(template: str, **params) -> str:
+    return _ENV.get_template(template).render(**params)
+
+
+def support_sources(isa: str) -> dict[str, str]:
+    """The shared code the micro-kernels of `isa` call: packers, the GEMM micro-kernel."""
+    core = GEMM_CORES[isa]
+    sources = {name: _render(t) for name, t in SUPPORT.items()}
+    sources[gemm_name(isa)] = _render(core.template, name=gemm_name(isa), mr=core.mr,
+                                      nr=core.nr)
+    return sources
+
+
+def available(isa: str) -> bool:
+    return isa in GEMM_CORES
+
+
+def tile(isa: str) -> str:
+    return GEMM_CORES[isa].tile
+
+
+def plan(func, isa: str):
+    """(family, op token, parameters) of the micro-kernel for `func` on `isa`, or None."""
+    if not available(isa):
+        return None
+    info = op_info(func)
+    if info is None:
+        return None
+    out_shape = [int(d) for d in func.params[-1].shape]
+    found = match(info, out_shape)
+    if found is None:
+        return None
+    family, params = found
+    return family, FAMILIES[family][1][params.get("mode")], params
+
+
+def render_kernel(func, isa: str, family: str, name: str, params: dict) -> CKernel:
+    """The CKernel of a micro-kernel: called like the scalar kernel of `func` (its parameters
+    in order, output last, scratch first)."""
+    names = ["in0", "in1", "out"]
+    source = _render(FAMILIES[family][0], name=name, gemm=gemm_name(isa), a=names[0],
+                     b=names[1], out=names[2], **params)
+    tensors = []
+    for cname, buffer in zip(names, func.params):
+        elements = 1
+        for d in buffer.shape:
+            elements *= int(d)
+        tensors.append((cname, str(buffer.dtype), elements))
+    scratch = (params["scratch_elements"] * 4 + 15) // 16 * 16
+    return CKernel(name=name, source=source, params=tensors, written={len(tensors) - 1},
+                   scratch_bytes=scratch, notes=[f"micro-kernel {family} for {isa}"])

@@ -1,0 +1,74 @@
+"""Relax legalizations that remember which op a PrimFunc came from.
+
+LegalizeOps turns every Relax op into a TIR PrimFunc and forgets the op. The kernel library
+needs it back to pick a micro-kernel, so the ops that have micro-kernels are legalized by
+their default rule and the PrimFunc then carries one attribute, `ub_op`: a JSON object with
+the op name, its attributes and the operand shapes. Kernels without a micro-kernel for the
+target still print from the very same PrimFunc (the attribute changes nothing else).
+"""
+
+from __future__ import annotations
+
+import json
+
+import tvm
+from tvm import relax
+
+ATTR = "ub_op"
+CONV_ATTRS = ("strides", "padding", "dilation", "groups", "data_layout", "kernel_layout",
+              "out_layout")
+# The ops whose PrimFuncs are tagged, with the attributes recorded.
+TAGGED_OPS = {"relax.nn.conv2d": CONV_ATTRS,
+              "relax.nn.conv2d_transpose": CONV_ATTRS + ("output_padding",),
+              "relax.matmul": ()}
+
+
+def _plain(value):
+    """A Relax attribute value (an array of IntImm, an int, a string) as a JSON value."""
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "value"):
+        return _plain(value.value)
+    try:
+        return [_plain(v) for v in value]
+    except TypeError:
+        return str(value)
+
+
+def _attrs(call, names) -> dict:
+    return {k: _plain(getattr(call.attrs, k)) for k in names}
+
+
+def _shape(expr):
+    ty = expr.ty
+    return [int(d) for d in ty.shape] if getattr(ty, "shape", None) is not None else None
+
+
+def _tagging(op_name: str, attr_names):
+    default = tvm.ir.Op.get(op_name).get_attr("FLegalize")
+
+    def legalize(bb: relax.BlockBuilder, call: relax.Call):
+        out = default(bb, call)
+        if not (isinstance(out, relax.Call) and out.op.same_as(tvm.ir.Op.get("relax.call_tir"))):
+            return out
+        gvar = out.args[0]
+        info = {"op": op_name, "attrs": _attrs(call, attr_names),
+                "shapes": [_shape(a) for a in call.args],
+                "dtypes": [str(a.ty.dtype) for a in call.args]}
+        func = bb.get()[gvar].with_attr(ATTR, json.dumps(info, sort_keys=True))
+        bb.update_func(gvar, func)
+        return out
+
+    return legalize
+
+
+def tagging_legalizations() -> dict:
+    return {name: _tagging(name, attrs) for name, attrs in TAGGED_OPS.items()}
+
+
+def op_info(func) -> dict | None:
+    """The `ub_op` record of a legalized PrimFunc, or None."""
+    attrs = func.attrs
+    if attrs is None or ATTR not in attrs:
+        return None
+    return json.loads(str(attrs[ATTR]))

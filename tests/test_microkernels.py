@@ -1,0 +1,133 @@
+"""Micro-kernels (kernels/microkernels/): every intrinsic variant against the scalar variant,
+and both against PyTorch in float64, forward and backward, under the target's emulator.
+
+The kernels are made the way a training graph makes them (a Relax conv2d or matmul and its
+Relax Gradient, legalized with the tagging rules), printed once as the scalar kernel and
+rendered once as the ISA's micro-kernel. All cases of a target go into one program: one
+cross build and one emulator run per target. Tolerance: the float32 error bound of a sum of K
+products, |err| <= K * 2^-24 * sum|a_i b_i| (Higham, recursive summation); it holds for any
+order of summation, and the two variants must be within twice that of each other.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from test_targets import require_tools
+
+from ubitrain.kernels.library import KernelLibrary
+from ubitrain.kernels.microkernels import harness
+from ubitrain.kernels.microkernels.cases import conv2d_funcs, matmul_funcs
+from ubitrain.kernels.microkernels.manifest import GEMM_CORES
+from ubitrain.kernels.microkernels.tagging import op_info
+from ubitrain.targets import TARGETS
+
+# (x shape, w shape, stride, padding, dilation): odd sizes leave row and column tails in the
+# register tile; stride 2 with 8 rows leaves a remainder the weight gradient must skip.
+CONV_CASES = [
+    ((2, 3, 9, 9), (5, 3, 3, 3), (2, 2), (1, 1), (1, 1)),
+    ((2, 4, 8, 7), (6, 4, 3, 3), (1, 1), (1, 1), (1, 1)),
+    ((1, 2, 12, 10), (9, 2, 5, 5), (1, 1), (0, 0), (1, 1)),
+    ((2, 3, 11, 11), (4, 3, 3, 3), (1, 1), (2, 2), (1, 1)),  # (Relax has no gradient of
+    # a dilated conv: its conv2d_transpose refuses the output padding it asks for)
+    ((2, 2, 8, 8), (3, 2, 3, 3), (2, 2), (1, 1), (1, 1)),
+    ((2, 8, 6, 6), (12, 8, 1, 1), (1, 1), (0, 0), (1, 1)),
+    ((1, 1, 30, 30), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1)),  # several packed row blocks
+]
+MATMUL_CASES = [(6, 13, 19), (1, 7, 3), (9, 33, 8), (4, 400, 120)]
+ISA_TARGETS = {t.isa: name for name, t in TARGETS.items() if t.isa in GEMM_CORES}
+
+
+def _funcs():
+    """(label, PrimFunc), forward and both gradients of every case, each kernel once."""
+    out, seen = [], set()
+    for xs, ws, s, p, d in CONV_CASES:
+        for f in conv2d_funcs(xs, ws, s, p, d):
+            key = f.attrs["ub_op"]
+            if key not in seen:
+                seen.add(key)
+                info = op_info(f)
+                out.append((f"{info['op']}{info['shapes']} s{s} p{p} d{d}", f))
+    for m, k, n in MATMUL_CASES:
+        for f in matmul_funcs(m, k, n):
+            key = f.attrs["ub_op"]
+            if key not in seen:
+                seen.add(key)
+                out.append((f"matmul{op_info(f)['shapes']}", f))
+    return out
+
+
+FUNCS = _funcs()
+
+
+def reference(func, inputs):
+    """(value, sum of |products|, terms per output element) in float64, from PyTorch."""
+    info, a = op_info(func), func.attrs
+    out_shape = [int(x) for x in func.params[-1].shape]
+    x, y = (torch.from_numpy(v.astype(np.float64)) for v in inputs)
+    at = info["attrs"]
+
+    def apply(u, v):
+        if info["op"] == "relax.matmul":
+            return u @ v
+        pad = at["padding"][:2]
+        if info["op"] == "relax.nn.conv2d_transpose":
+            return F.conv_transpose2d(u, v, stride=at["strides"], padding=pad,
+                                      output_padding=at["output_padding"],
+                                      dilation=at["dilation"])
+        if at["data_layout"] == "NCHW":
+            return F.conv2d(u, v, stride=at["strides"], padding=pad, dilation=at["dilation"])
+        # the weight gradient: Relax's stride is the forward dilation and vice versa
+        return torch.nn.grad.conv2d_weight(u, out_shape, v, stride=at["dilation"],
+                                           padding=pad, dilation=at["strides"])
+
+    if info["op"] == "relax.matmul":
+        terms = x.shape[1]
+    elif info["op"] == "relax.nn.conv2d_transpose":
+        terms = y.shape[0] * y.shape[2] * y.shape[3]
+    elif at["data_layout"] == "NCHW":
+        terms = y.shape[1] * y.shape[2] * y.shape[3]
+    else:
+        terms = x.shape[0] * y.shape[2] * y.shape[3]
+    del a
+    value, magnitude = apply(x, y), apply(x.abs(), y.abs())
+    assert list(value.shape) == out_shape
+    return value.numpy().reshape(-1), magnitude.numpy().reshape(-1), terms
+
+
+@pytest.fixture(scope="module", params=sorted(ISA_TARGETS))
+def isa_run(request, tmp_path_factory):
+    """Per ISA: every case built once as scalar and micro-kernel, run in one emulator process."""
+    isa = request.param
+    target = TARGETS[ISA_TARGETS[isa]]
+    require_tools(target.name)
+    rng = np.random.default_rng(7)
+    cases, support, refs = [], {}, []
+    for label, func in FUNCS:
+        scalar = KernelLibrary("scalar").add(func, "k")
+        lib = KernelLibrary(isa)
+        micro = lib.add(func, "k")
+        support.update(lib.support)
+        inputs = [rng.standard_normal([int(d) for d in p.shape]).astype(np.float32)
+                  for p in func.params[:-1]]
+        cases.append(harness.Case(label, [scalar, micro], inputs))
+        refs.append(reference(func, inputs))
+    binary = harness.build(cases, support, target, tmp_path_factory.mktemp(f"uk_{isa}"))
+    return isa, cases, harness.run(binary, target, cases), refs
+
+
+@pytest.mark.parametrize("index", range(len(FUNCS)), ids=[label for label, _ in FUNCS])
+def test_microkernel_matches_scalar_and_pytorch(isa_run, index):
+    isa, cases, results, refs = isa_run
+    case, ((s_status, scalar), (m_status, micro)), (want, magnitude, terms) = \
+        cases[index], results[index], refs[index]
+    assert case.variants[0].name.endswith("__scalar")
+    assert f"_ukernel_{GEMM_CORES[isa].tile}__{isa}" in case.variants[1].name
+    assert s_status == 0 and m_status == 0
+    bound = terms * 2.0**-24 * magnitude + 1e-30
+    for name, got in (("scalar", scalar), (isa, micro)):
+        excess = np.abs(got - want) / bound
+        assert np.all(excess <= 1), f"{name}: worst {excess.max():.2f}x the float32 bound"
+    assert np.all(np.abs(micro - scalar) <= 2 * bound)
