@@ -17,6 +17,7 @@ from tvm import relax, te
 
 from ..errors import CompileError
 from ..kernels.library import KernelLibrary
+from ..kernels.microkernels import tagging_legalizations
 from ..lowering.reductions import reduction_legalizations
 from ..training.graph import TrainingModule
 from .inplace import share_in_place
@@ -25,6 +26,7 @@ from .ir import Call, Program, Slot
 
 def legalize(mod: tvm.IRModule, accumulate_dtype: str = "float32") -> tvm.IRModule:
     custom = {"relax.reshape": lambda bb, call: call}  # kept as a view, never a kernel
+    custom.update(tagging_legalizations())  # conv/matmul PrimFuncs remember their op
     if accumulate_dtype != "float32":
         custom.update(reduction_legalizations(accumulate_dtype))
     mod = relax.transform.LegalizeOps(customize_legalize_map=custom)(mod)
