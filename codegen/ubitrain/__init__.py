@@ -14,10 +14,11 @@ from .errors import (
                      UbitrainError,
                      UnsupportedOpError,
 )
+from .int8.update import NITI
 from .optim import SGD, Adam, AdamW
 from .training.sparse_update import SparseUpdate
 
-__all__ = ["compile", "Package", "SGD", "Adam", "AdamW", "SparseUpdate", "CompileError",
+__all__ = ["compile", "Package", "SGD", "Adam", "AdamW", "NITI", "SparseUpdate", "CompileError",
            "UnsupportedOpError",
            "InputError", "BuildError", "RuntimeStatusError", "UbitrainError"]
 __version__ = "0.1.0"

@@ -25,7 +25,7 @@ from .targets import check_board_fit, get_target
 from .training.graph import build_training_module
 from .training.losses import LOSSES
 
-PRECISIONS = ("fp32",)
+PRECISIONS = ("fp32", "int8")
 
 
 @dataclass
@@ -94,6 +94,10 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
     if precision not in PRECISIONS:
         raise CompileError(f"precision {precision!r} is not available for target {target!r}; "
                            f"available: {', '.join(PRECISIONS)}")
+    if precision == "int8":  # NITI integer-only training: its own lowering (int8/compile.py)
+        from .int8.compile import compile_int8
+        return compile_int8(model, example_inputs, labels, loss, optimizer, trainable, target,
+                            memory_budget, out_dir)
     optimizer = optimizer if optimizer is not None else SGD()
     if not isinstance(optimizer, OPTIMIZERS):
         raise CompileError(f"optimizer must be ub.SGD, ub.Adam or ub.AdamW, got "

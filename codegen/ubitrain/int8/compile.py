@@ -1,0 +1,98 @@
+"""`ub.compile(..., precision="int8")`: the model lowered to NITI layers, the integer step
+programs planned into one arena and written as the same kind of C project as the float path
+(same C API, driver and CMake files), with this package's kernels."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..errors import CompileError
+from ..memory.plan import plan_memory
+from ..project.emit import render_project
+from ..targets import check_board_fit, get_target
+from .layers import LayerProgram
+from .lower import lower_module
+from .program import build_int8_programs
+from .trainer import Int8Trainer
+from .update import NITI
+
+MAX_CLASSES = 512  # the softmax gradient's P * 2^11 stays within int32
+
+
+def _package_type():
+    from ..api import Package
+
+    @dataclass
+    class Int8Package(Package):
+        """A compiled int8 model; `build()` returns an Int8Trainer."""
+
+        layer_program: LayerProgram | None = field(default=None, repr=False)
+        config: NITI | None = None
+        precision: str = "int8"
+
+        def build(self, seed: int = 0, **kwargs) -> Int8Trainer:
+            return Int8Trainer(super().build(seed=seed, **kwargs), self)
+
+    return Int8Package
+
+
+def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, target,
+                 memory_budget, out_dir):
+    from ..api import _as_tensor, _check_out_dir, _model_name
+
+    start = time.perf_counter()
+    tgt = get_target(target)
+    if loss != "cross_entropy":
+        raise CompileError(f"precision='int8' trains with NITI's integer softmax cross-entropy; "
+                           f"loss={loss!r} has no integer form: use loss='cross_entropy'")
+    config = optimizer if optimizer is not None else NITI()
+    if not isinstance(config, NITI):
+        raise CompileError(f"precision='int8' updates weights with NITI's integer rule, not "
+                           f"{type(config).__name__} (no learning rate or momentum in int8); "
+                           "pass optimizer=ub.NITI(mu=(5, 4, 3), milestones=(...)) or None")
+    if trainable is not None:
+        raise CompileError("precision='int8' trains every weight; trainable= is not "
+                           "supported in int8 yet (pass trainable=None)")
+    if not isinstance(model, torch.nn.Module):
+        raise CompileError("precision='int8' takes a torch.nn.Module (ONNX models: "
+                           "precision='fp32')")
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    example_inputs = tuple(_as_tensor(x, "example input") for x in example_inputs)
+    labels = _as_tensor(labels, "labels")
+    out_dir = Path(out_dir)
+    _check_out_dir(out_dir)
+    model_name = _model_name(model, out_dir)
+    if len(example_inputs) != 1:
+        raise CompileError(f"precision='int8' trains a model with one input; got "
+                           f"{len(example_inputs)}")
+    x = example_inputs[0]
+    if not x.dtype.is_floating_point or labels.dim() != 1 or labels.shape[0] != x.shape[0] \
+            or labels.dtype != torch.int64:
+        raise CompileError("precision='int8' needs a float input batch and int64 class labels "
+                           f"[batch]; got input {x.dtype} and labels {labels.dtype} "
+                           f"{list(labels.shape)}")
+    program = lower_module(model, x.float())
+    if program.classes > MAX_CLASSES:
+        raise CompileError(f"precision='int8': {program.classes} classes; the integer softmax "
+                           f"gradient supports at most {MAX_CLASSES}")
+    progs = build_int8_programs(program, config)
+    plan = plan_memory([progs.train, progs.predict], alignment=tgt.alignment)
+    if memory_budget is not None:
+        from ..memory.budget import check_budget
+        check_budget(plan, memory_budget)
+    check_board_fit(tgt, plan, progs.inputs, progs.labels, progs.output)
+    render_project(out_dir, model_name, progs.train, progs.predict, plan, progs.kernels,
+                   progs.state, progs.opt_state, list(program.weights), progs.inputs,
+                   progs.labels, progs.output, program.classes)
+    return _package_type()(
+        out_dir=out_dir, model_name=model_name, target=target, memory_plan=plan,
+        inputs=progs.inputs, labels=progs.labels, output=progs.output, classes=program.classes,
+        trainable=list(program.weights),
+        programs={"train_step": progs.train, "predict": progs.predict},
+        kernel_count=len(progs.kernels) - 1, compile_seconds=time.perf_counter() - start,
+        layer_program=program, config=config)

@@ -1,0 +1,92 @@
+"""precision="int8": the generated C on the host equals the numpy reference of NITI
+(ubitrain.int8.reference) bit for bit after N steps: int8 weights, the state vector (every
+exponent, shift, interval and counter) and predict's logits; the float loss within rounding."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import ubitrain as ub
+from ubitrain.int8.reference import NitiReference
+
+STEPS = 12
+
+
+def niti_net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(4, 8, 3, stride=2, padding=1, bias=False), nn.ReLU(),
+                         nn.Flatten(), nn.Linear(32, 5, bias=False))
+
+
+def batches(n=STEPS, batch=4, seed=0):
+    g = np.random.default_rng(seed)
+    return [(g.standard_normal((batch, 1, 8, 8)).astype(np.float32), g.integers(0, 5, batch))
+            for _ in range(n)]
+
+
+def check_against_reference(pkg, data, config):
+    """Train through the C and the reference side by side; every step must agree."""
+    ref = NitiReference(pkg.layer_program, config)
+    with pkg.build() as trainer:
+        for x, y in data:
+            loss_c, loss_ref = trainer.step(x, y), ref.step(x, y)
+            assert loss_c == pytest.approx(loss_ref, rel=1e-5)
+        state = trainer.int8_state()
+        for name, w in ref.weights.items():
+            assert state[name].dtype == np.int8
+            assert np.array_equal(state[name], w), name
+        assert np.array_equal(state["niti.state"], ref.state)
+        assert np.array_equal(trainer.predict(data[0][0]), ref.predict(data[0][0]))
+        stats = trainer.rescale_stats()
+        floats = trainer.parameters()
+    assert all(np.array_equal(floats[k], v) for k, v in ref.parameters().items())
+    return stats
+
+
+@pytest.mark.parametrize("adaptive", [False, True], ids=["exact", "adaptive"])
+def test_host_c_equals_reference_bit_for_bit(tmp_path, adaptive):
+    data = batches()
+    config = ub.NITI(mu=(5, 3), milestones=(6,), adaptive_rescale=adaptive, max_interval=4)
+    pkg = ub.compile(niti_net(), (torch.from_numpy(data[0][0]),), torch.from_numpy(data[0][1]),
+                     precision="int8", optimizer=config, out_dir=tmp_path / "m")
+    stats = check_against_reference(pkg, data, config)
+    sites = pkg.layer_program.sites
+    assert stats["reductions"] + stats["skipped"] == sites * STEPS
+    assert (stats["skipped"] > 0) == adaptive
+
+
+def test_int8_parameters_load_and_errors(tmp_path):
+    data = batches(2)
+    x, y = torch.from_numpy(data[0][0]), torch.from_numpy(data[0][1])
+    pkg = ub.compile(niti_net(), (x,), y, precision="int8", out_dir=tmp_path / "m")
+    with pkg.build() as trainer:
+        before = trainer.int8_state()
+        floats = trainer.parameters()
+        trainer.load_parameters(floats)  # float weights re-quantize to the same int8
+        after = trainer.int8_state()
+        assert all(np.array_equal(before[k], after[k]) for k in before)
+        with pytest.raises(ub.InputError, match="compiled for"):
+            trainer.step(data[0][0][:2], data[0][1][:2])
+    # a float pipeline's arena for the same network is larger (4-byte floats, momentum)
+    fp32 = ub.compile(niti_net(), (x,), y, optimizer=ub.SGD(0.05, momentum=0.9),
+                      out_dir=tmp_path / "f")
+    assert pkg.memory_plan.arena_bytes < fp32.memory_plan.arena_bytes
+
+    with pytest.raises(ub.UnsupportedOpError, match=r"aten\.layer_norm.*aten\.gelu"):
+        ub.compile(nn.Sequential(nn.Linear(8, 8, bias=False), nn.LayerNorm(8), nn.GELU(),
+                                 nn.Linear(8, 3, bias=False)),
+                   (torch.randn(2, 8),), torch.tensor([0, 1]), precision="int8",
+                   out_dir=tmp_path / "bad")
+    with pytest.raises(ub.UnsupportedOpError, match="_native_batch_norm"):
+        ub.compile(nn.Sequential(nn.Conv2d(1, 2, 3, bias=False), nn.BatchNorm2d(2),
+                                 nn.Flatten(), nn.Linear(72, 3, bias=False)),
+                   (x,), y % 3, precision="int8", out_dir=tmp_path / "bad")
+    with pytest.raises(ub.CompileError, match="ub.NITI"):
+        ub.compile(niti_net(), (x,), y, precision="int8", optimizer=ub.SGD(0.1),
+                   out_dir=tmp_path / "bad")
+    with pytest.raises(ub.CompileError, match="cross_entropy"):
+        ub.compile(niti_net(), (x,), y, precision="int8", loss="mse", out_dir=tmp_path / "bad")
+    with pytest.raises(ub.CompileError, match="milestones"):
+        ub.NITI(mu=(5, 4), milestones=())
