@@ -187,3 +187,23 @@ def test_help_has_examples(command):
         parser = sub.choices[command[0]]
     text = parser.format_help()
     assert "examples:" in text and "ubitrain " in text
+
+
+@needs_cmake
+def test_compile_and_build_show_progress_on_request(tmp_path, capsys):
+    """Bars name each step when asked for; off a terminal nothing is printed by default."""
+    import torch
+
+    import ubitrain as ub
+    from ubitrain.api import COMPILE_STEPS
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    x, y = torch.randn(2, 4), torch.tensor([0, 2])
+    pkg = ub.compile(model, (x,), y, out_dir=tmp_path / "shown", progress=True)
+    pkg.build(progress=True)
+    shown = capsys.readouterr().err
+    for step in COMPILE_STEPS + ["cmake configure", "compile C"]:
+        assert step in shown, step
+    pkg = ub.compile(model, (x,), y, out_dir=tmp_path / "quiet")
+    pkg.build()
+    assert capsys.readouterr().err == ""

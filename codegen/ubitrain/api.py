@@ -18,6 +18,7 @@ from .memory.plan import MemoryPlan, plan_memory
 from .optim import OPTIMIZERS, SGD
 from .program.build import build_programs
 from .program.ir import Program, Slot
+from .progress import Steps
 from .project.emit import render_project
 from .runtime.build import cmake_build
 from .runtime.host_trainer import HostTrainer
@@ -26,6 +27,7 @@ from .training.graph import build_training_module
 from .training.losses import LOSSES
 
 PRECISIONS = ("fp32", "int8")
+COMPILE_STEPS = ["trace and differentiate", "lower kernels", "plan memory", "write C project"]
 
 
 @dataclass
@@ -45,13 +47,13 @@ class Package:
     kernel_count: int = 0
     compile_seconds: float = 0.0
 
-    def build(self, seed: int = 0) -> HostTrainer:
+    def build(self, seed: int = 0, progress: bool | None = None) -> HostTrainer:
         """Build the C project with CMake and load it (host target), or cross-compile it
         and start its driver under the target's emulator (runtime/emulated_trainer.py)."""
         if not get_target(self.target).runs_on_host:
             from .runtime.target_build import start_trainer
-            return start_trainer(self, get_target(self.target), seed=seed)
-        build_dir = cmake_build(self.out_dir, self.out_dir / "build")
+            return start_trainer(self, get_target(self.target), seed=seed, progress=progress)
+        build_dir = cmake_build(self.out_dir, self.out_dir / "build", progress=progress)
         library = next(build_dir.glob(f"libub_{self.model_name}.so"), None)
         if library is None:
             raise CompileError(f"the build produced no libub_{self.model_name}.so in {build_dir}")
@@ -86,7 +88,8 @@ def _check_out_dir(out_dir: Path):
 
 def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimizer=None,
             trainable=None, target: str = "host", precision: str = "fp32",
-            memory_budget=None, out_dir="build/model") -> Package:
+            memory_budget=None, out_dir="build/model", progress: bool | None = None) -> Package:
+    """`progress`: a bar on stderr over the compile steps (None: when stderr is a terminal)."""
     start = time.perf_counter()
     tgt = get_target(target)
     if loss not in LOSSES:
@@ -114,19 +117,24 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
 
-    tm = build_training_module(model, example_inputs, labels, loss, trainable)
-    library = KernelLibrary(tgt.isa)
-    train, predict, state, opt_state, inputs, label_slot, output = build_programs(
-        tm, optimizer, library, tgt.accumulate_dtype)
-    plan = plan_memory([train, predict], alignment=tgt.alignment)
-    if memory_budget is not None:
-        from .memory.budget import check_budget
-        check_budget(plan, memory_budget)
-    check_board_fit(tgt, plan, inputs, label_slot, output)
-    classes = output.shape[-1] if loss == "cross_entropy" else None
-    name = _model_name(model, out_dir)
-    render_project(out_dir, name, train, predict, plan, library.sources(), state, opt_state,
-                   tm.trainable, inputs, label_slot, output, classes)
+    with Steps("ubitrain compile", COMPILE_STEPS, progress) as step:
+        step("trace and differentiate")
+        tm = build_training_module(model, example_inputs, labels, loss, trainable)
+        step("lower kernels")
+        library = KernelLibrary(tgt.isa)
+        train, predict, state, opt_state, inputs, label_slot, output = build_programs(
+            tm, optimizer, library, tgt.accumulate_dtype)
+        step("plan memory")
+        plan = plan_memory([train, predict], alignment=tgt.alignment)
+        if memory_budget is not None:
+            from .memory.budget import check_budget
+            check_budget(plan, memory_budget)
+        check_board_fit(tgt, plan, inputs, label_slot, output)
+        step("write C project")
+        classes = output.shape[-1] if loss == "cross_entropy" else None
+        name = _model_name(model, out_dir)
+        render_project(out_dir, name, train, predict, plan, library.sources(), state,
+                       opt_state, tm.trainable, inputs, label_slot, output, classes)
     return Package(out_dir=out_dir, model_name=name, target=target, memory_plan=plan,
                    inputs=inputs, labels=label_slot, output=output, classes=classes,
                    trainable=tm.trainable, programs={"train_step": train, "predict": predict},

@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                    '"ubitrain targets")')
     c.add_argument("--out-dir", default=None,
                    help="where to write the project (default build/<file name>)")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.add_argument("--verbose", action="store_true",
                    help="on an error, print its full details (e.g. the C compiler's log)")
 
@@ -143,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--target", default="host",
                    help="host (the system compiler) or a cross target from ubitrain targets")
     b.add_argument("--build-dir", help="where CMake builds (default PROJECT/build-TARGET)")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar")
     from .memory.report import add_report_parser
     add_report_parser(sub, _formatter)
     return parser
@@ -310,6 +312,11 @@ def make_optimizer(name: str, lr, momentum, weight_decay):
     raise ub.CompileError(f"unknown optimizer {name!r}; choose sgd, adam or adamw")
 
 
+def _progress(args) -> bool | None:
+    """--no-progress turns the bars off; otherwise they show on a terminal."""
+    return False if args.no_progress else None
+
+
 def cmd_compile(args) -> int:
     import ubitrain as ub
     from ubitrain.targets import get_target
@@ -332,7 +339,8 @@ def cmd_compile(args) -> int:
         stem = Path(args.model.rpartition(":")[0]).stem
     out_dir = Path(args.out_dir or Path("build") / stem)
     pkg = ub.compile(module, inputs, labels, loss=args.loss, optimizer=optimizer,
-                     target=args.target, memory_budget=args.memory_budget, out_dir=out_dir)
+                     target=args.target, memory_budget=args.memory_budget, out_dir=out_dir,
+                     progress=_progress(args))
     batch = int(inputs[0].shape[0]) if len(inputs[0].shape) else 1
     name = Path(args.model).name if args.model.endswith(".onnx") else type(module).__name__
     print(f"compiled {name} for target {args.target} in "
@@ -389,13 +397,13 @@ def cmd_build(args) -> int:
                          "with ubitrain compile --out-dir first")
     build_dir = Path(args.build_dir or project / f"build-{target.name}")
     if target.name == "host":
-        cmake_build(project, build_dir)
+        cmake_build(project, build_dir, progress=_progress(args))
     else:
         from .runtime.target_build import build_driver
 
         header = (project / "model.h").read_text()
         model = re.search(r"int32_t ub_(\w+)_init\(", header).group(1)
-        print(f"driver: {build_driver(project, model, target)}")
+        print(f"driver: {build_driver(project, model, target, _progress(args))}")
     print(f"built {project} for {target.name} in {build_dir}:")
     for artifact in sorted(build_dir.glob("libub_*")) + sorted(build_dir.glob("ub_*_driver")):
         print(f"  {artifact}")

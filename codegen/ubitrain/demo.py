@@ -11,7 +11,6 @@ accuracies, the compile time and the memory plan, and returns them as a dict.
 from __future__ import annotations
 
 import copy
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import torch
 from torch import nn
 
 import ubitrain as ub
+from ubitrain.progress import bar
 from ubitrain.zoo import DigitsCNN
 
 BATCH = 32
@@ -76,11 +76,7 @@ def accuracy(logits: np.ndarray, y: np.ndarray) -> float:
 
 
 def _progress(iterable, desc: str, enabled: bool):
-    if not enabled:
-        return iterable
-    from tqdm import tqdm
-    return tqdm(iterable, desc=desc, unit="batch", leave=False, file=sys.stderr,
-                dynamic_ncols=True)
+    return bar(iterable, desc, None if enabled else False)
 
 
 def run_demo(epochs: int = 5, out_dir="build/demo", lr: float = 0.05, momentum: float = 0.9,
@@ -111,9 +107,9 @@ def run_demo(epochs: int = 5, out_dir="build/demo", lr: float = 0.05, momentum: 
     pkg = ub.compile(model, (torch.from_numpy(x_train[first]),), torch.from_numpy(y_train[first]),
                      loss="cross_entropy",
                      optimizer=ub.SGD(lr=lr, momentum=momentum, weight_decay=weight_decay),
-                     target=target, out_dir=out_dir)
+                     target=target, out_dir=out_dir, progress=None if progress else False)
     t = time.perf_counter()
-    trainer = pkg.build(seed=seed)
+    trainer = pkg.build(seed=seed, progress=None if progress else False)
     build_seconds = time.perf_counter() - t
     if target != "host":  # the steps below run on the emulated device, one QEMU process
         log(f"target {target}: cross-compiled; training runs under "

@@ -64,18 +64,19 @@ def run_sparse_demo(epochs: int = 4, out_dir="build/demo_sparse", seed: int = 0,
     example = (torch.from_numpy(x_new[:BATCH]),)
     labels = torch.from_numpy(y_new[:BATCH])
     optimizer = ub.SGD(lr=0.05, momentum=0.9)
+    bars = None if progress else False  # compile and build bars: on a terminal, unless off
     start = time.perf_counter()
     pkg = ub.compile(copy.deepcopy(model), example, labels, optimizer=optimizer,
-                     trainable=RULE, out_dir=out_dir)
+                     trainable=RULE, out_dir=out_dir, progress=bars)
     full = ub.compile(copy.deepcopy(model), example, labels, optimizer=optimizer,
-                      out_dir=Path(out_dir) / "full_update")
+                      out_dir=Path(out_dir) / "full_update", progress=bars)
     compile_s = time.perf_counter() - start
     log(f"sparse update trains {len(pkg.trainable)} of "
         f"{len(list(model.parameters()))} tensors ({', '.join(pkg.trainable)})")
     log(f"arena: sparse {pkg.memory_plan.arena_bytes:,} B vs full update "
         f"{full.memory_plan.arena_bytes:,} B "
         f"({full.memory_plan.arena_bytes / pkg.memory_plan.arena_bytes:.1f}x less)")
-    trainer = pkg.build(seed=seed)
+    trainer = pkg.build(seed=seed, progress=bars)
 
     reference = copy.deepcopy(model)
     names = set(pkg.trainable)

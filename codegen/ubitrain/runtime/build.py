@@ -7,10 +7,12 @@ import subprocess
 from pathlib import Path
 
 from ..errors import BuildError
+from ..progress import Steps
 
 
 def cmake_build(project_dir: Path, build_dir: Path, shared: bool = True,
-                extra_args: tuple[str, ...] = (), toolchain: Path | None = None) -> Path:
+                extra_args: tuple[str, ...] = (), toolchain: Path | None = None,
+                progress: bool | None = None) -> Path:
     """Configure and build; `toolchain`: a CMake toolchain file for a cross compiler."""
     if shutil.which("cmake") is None:
         raise BuildError("cmake is not installed; install it (apt-get install cmake) to build "
@@ -19,9 +21,14 @@ def cmake_build(project_dir: Path, build_dir: Path, shared: bool = True,
                  f"-DBUILD_SHARED_LIBS={'ON' if shared else 'OFF'}", *extra_args]
     if toolchain is not None:
         configure.append(f"-DCMAKE_TOOLCHAIN_FILE={Path(toolchain).resolve()}")
-    for cmd in (configure, ["cmake", "--build", str(build_dir), "-j", "2"]):
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        if result.returncode != 0:
-            log = (result.stdout + result.stderr)[-4000:]
-            raise BuildError(f"building the generated C failed ({' '.join(cmd[:2])}):\n{log}")
+    steps = {"cmake configure": configure,
+             "compile C": ["cmake", "--build", str(build_dir), "-j", "2"]}
+    with Steps(f"ubitrain build {Path(project_dir).name}", list(steps), progress) as step:
+        for name, cmd in steps.items():
+            step(name)
+            result = subprocess.run(cmd, capture_output=True, text=True)
+            if result.returncode != 0:
+                log = (result.stdout + result.stderr)[-4000:]
+                raise BuildError(f"building the generated C failed ({' '.join(cmd[:2])}):"
+                                 f"\n{log}")
     return build_dir

@@ -43,7 +43,8 @@ def toolchain_file(target: Target) -> Path:
     return path
 
 
-def build_driver(project_dir: Path, model_name: str, target: Target) -> Path:
+def build_driver(project_dir: Path, model_name: str, target: Target,
+                 progress: bool | None = None) -> Path:
     """Cross-compile the project and its driver program; the driver's path."""
     missing = missing_tools(target)
     if missing:
@@ -53,7 +54,7 @@ def build_driver(project_dir: Path, model_name: str, target: Target) -> Path:
                          "scripts/setup.sh)")
     build_dir = cmake_build(project_dir, project_dir / f"build-{target.name}", shared=False,
                             extra_args=("-DUB_BUILD_DRIVER=ON",),
-                            toolchain=toolchain_file(target))
+                            toolchain=toolchain_file(target), progress=progress)
     binary = build_dir / f"ub_{model_name}_driver"
     if not binary.is_file():
         raise BuildError(f"the build produced no {binary.name} in {build_dir}")
@@ -79,8 +80,9 @@ def device_memory(binary: Path, target: Target) -> dict:
     return report
 
 
-def start_trainer(package, target: Target, seed: int = 0) -> EmulatedTrainer:
-    binary = build_driver(Path(package.out_dir), package.model_name, target)
+def start_trainer(package, target: Target, seed: int = 0,
+                  progress: bool | None = None) -> EmulatedTrainer:
+    binary = build_driver(Path(package.out_dir), package.model_name, target, progress)
     memory = device_memory(binary, target)
     timeout = float(os.environ.get("UBITRAIN_EMULATOR_TIMEOUT", "600"))
     return EmulatedTrainer(target.emulator_command(str(binary.resolve())), package, seed=seed,
