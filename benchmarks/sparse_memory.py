@@ -2,7 +2,9 @@
 
     python benchmarks/sparse_memory.py [--batch 8] [--out results/sparse_memory.json]
 
-Rules: full update; every bias; every bias plus the last layer; the last two layers.
+Rules: full update; every bias; every bias plus the last layer; the last two layers; every
+bias plus a quarter of the output channels of the last two Conv2d/Linear layers (groups=1),
+tiny-training's sparse scheme.
 """
 
 import argparse
@@ -21,7 +23,15 @@ RULES = {
     "biases": ub.SparseUpdate(biases=True),
     "biases+last1": ub.SparseUpdate(biases=True, last_layers=1),
     "last2": ub.SparseUpdate(last_layers=2),
+    "biases+ch25%last2": "channels",  # per model: see channel_rule
 }
+
+
+def channel_rule(model: torch.nn.Module) -> ub.SparseUpdate:
+    layers = [n for n, m in model.named_modules()
+              if isinstance(m, torch.nn.Linear)
+              or (isinstance(m, torch.nn.Conv2d) and m.groups == 1)]
+    return ub.SparseUpdate(biases=True, channels={n: 0.25 for n in layers[-2:]})
 
 
 def main():
@@ -38,8 +48,10 @@ def main():
         y = torch.randint(0, entry.classes, (args.batch,))
         arena = {}
         for label, rule in RULES.items():
+            model = entry.factory()
+            rule = channel_rule(model) if rule == "channels" else rule
             with tempfile.TemporaryDirectory() as tmp:
-                pkg = ub.compile(entry.factory(), (x,), y, trainable=rule,
+                pkg = ub.compile(model, (x,), y, trainable=rule,
                                  optimizer=ub.SGD(lr=0.01, momentum=0.9), out_dir=Path(tmp) / "m")
             arena[label] = pkg.memory_plan.arena_bytes
         rows.append(dict(model=name, batch=args.batch, **arena))
