@@ -79,6 +79,38 @@ def test_onnx_model_trains_like_pytorch(case, tmp_path):
         assert relative_error(params[name], value.numpy()) <= 1e-4, name
 
 
+def test_onnx_model_trains_a_fraction_of_channels(tmp_path):
+    """The channel split is a Relax rewrite, so it applies to ONNX's Conv and Gemm too."""
+    torch.manual_seed(1)
+    model = ZOO["digits_cnn"].factory().train()
+    batches = [(torch.randn(4, 1, 8, 8), torch.randint(0, 10, (4,))) for _ in range(3)]
+    path = export(model, batches[0][0], tmp_path / "digits.onnx")
+    rows = {"features.4.weight": 4, "classifier.weight": 5}  # a quarter of 16, half of 10
+    rule = ub.SparseUpdate(channels={"features.4": 0.25, "classifier": 0.5})
+    pkg = ub.compile(path, batches[0][:1], batches[0][1], trainable=rule,
+                     optimizer=ub.SGD(lr=0.05), out_dir=tmp_path / "channels")
+    assert pkg.trainable == ["features.4.weight[0:4]", "classifier.weight[0:5]"]
+    trainer = pkg.build()
+    initial = copy.deepcopy(model.state_dict())
+    reference = torch.optim.SGD([model.get_parameter(n) for n in rows], lr=0.05)
+    for x, y in batches:
+        loss = trainer.step(x, y)
+        reference.zero_grad()
+        expected = nn.functional.cross_entropy(model(x), y)
+        expected.backward()
+        reference.step()
+        with torch.no_grad():  # the frozen rows back as they were
+            for name, n in rows.items():
+                model.get_parameter(name)[n:] = initial[name][n:]
+        assert relative_error(loss, expected.item()) <= 1e-4
+    params = trainer.parameters()
+    for name, value in model.state_dict().items():
+        if "num_batches_tracked" not in name:
+            assert relative_error(params[name], value.numpy()) <= 1e-4, name
+    for name, n in rows.items():
+        assert np.array_equal(params[name][n:], initial[name][n:].numpy()), name
+
+
 def test_unsupported_onnx_node_is_named(tmp_path):
     model = nn.Sequential(nn.Linear(4, 4), nn.ELU(), nn.Linear(4, 2))
     x, y = torch.randn(2, 4), torch.tensor([0, 1])
