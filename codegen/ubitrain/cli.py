@@ -70,7 +70,8 @@ DEMO_EPILOG = """\
 examples:
   ubitrain demo
   ubitrain demo --epochs 3 --out-dir /tmp/ub-demo --no-progress
-  ubitrain demo --target cortex-m4 --epochs 2      train on an emulated Cortex-M4 board"""
+  ubitrain demo --target cortex-m4 --epochs 2      train on an emulated Cortex-M4 board
+  ubitrain demo --precision int8                  integer-only (NITI) training beside fp32"""
 
 TARGETS_HELP = "List the targets that --target accepts."
 TARGETS_EPILOG = """\
@@ -132,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--sparse", action="store_true",
                    help="transfer learning instead: pre-train on digits 0-4 in PyTorch, then "
                         "learn 5-9 in the generated C with a sparse update (last 2 layers)")
+    d.add_argument("--precision", choices=("fp32", "int8"), default="fp32",
+                   help="int8: NITI integer-only training of the CNN without BatchNorm, side "
+                        "by side with fp32 (and with self-adaptive rescaling)")
     d.add_argument("--no-progress", action="store_true", help="no progress bars")
     d.add_argument("--verbose", action="store_true",
                    help="on an error, print its full details (e.g. the C compiler's log)")
@@ -359,6 +363,13 @@ def cmd_demo(args) -> int:
     from .targets import get_target
 
     get_target(args.target)
+    if args.precision == "int8":
+        from .demo_int8 import run_int8_demo
+
+        out_dir = args.out_dir if args.out_dir != "build/demo" else "build/demo_int8"
+        run_int8_demo(epochs=args.epochs, out_dir=out_dir, seed=args.seed,
+                      progress=not args.no_progress, target=args.target)
+        return 0
     if args.sparse:
         from .demo_sparse import run_sparse_demo
 

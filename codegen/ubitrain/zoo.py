@@ -137,6 +137,21 @@ class DigitsCNN(nn.Module):
         return self.classifier(torch.flatten(self.features(x), 1))
 
 
+class DigitsCNNNiti(nn.Module):
+    """The demo's CNN the way NITI trains it in int8: no BatchNorm and no biases."""
+
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 8, 3, padding=1, bias=False), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1, bias=False), nn.ReLU(),
+        )
+        self.classifier = nn.Linear(16 * 4 * 4, classes, bias=False)
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.features(x), 1))
+
+
 @dataclass(frozen=True)
 class ZooEntry:
     factory: Callable[[], nn.Module]
@@ -150,4 +165,5 @@ ZOO = {
     "resnet_small": ZooEntry(ResNetSmall, (3, 16, 16)),
     "mlp_layernorm_gelu": ZooEntry(MLPLayerNormGELU, (32,)),
     "digits_cnn": ZooEntry(DigitsCNN, (1, 8, 8)),
+    "digits_cnn_niti": ZooEntry(DigitsCNNNiti, (1, 8, 8)),
 }
