@@ -14,5 +14,6 @@
 #define UB_ERR_STORAGE (-9)           /* the storage failed to read or write */
 #define UB_ERR_NO_CHECKPOINT (-10)    /* no slot holds a complete, valid checkpoint */
 #define UB_ERR_CHECKPOINT_MISMATCH (-11) /* the checkpoint is of another model or size */
+#define UB_ERR_NO_PAGE_STORAGE (-12) /* the plan pages tensors and no storage was set */
 
 #endif

@@ -126,9 +126,10 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
             tm, optimizer, library, tgt.accumulate_dtype)
         step("plan memory")
         plan = plan_memory([train, predict], alignment=tgt.alignment)
-        if memory_budget is not None:
-            from .memory.budget import check_budget
-            check_budget(plan, memory_budget)
+        if memory_budget is not None:  # recompute / page to fit (memory/budget.py)
+            from .memory.budget import fit_budget
+            train, plan = fit_budget(train, predict, plan, library, memory_budget, target,
+                                     int(example_inputs[0].shape[0]))
         check_board_fit(tgt, plan, inputs, label_slot, output)
         step("write C project")
         classes = output.shape[-1] if loss == "cross_entropy" else None

@@ -1,14 +1,31 @@
-"""`memory_budget=`: parse a budget and hold the plan to it."""
+"""`memory_budget=`: parse a budget and make the arena fit it.
+
+When the unconstrained arena is larger than the budget, `fit_budget` picks, per candidate
+buffer of the training step, keep / page / recompute with the MILP of remat_milp.py,
+rewrites the step (program/remat.py) and places the arena again. The MILP counts bytes
+alive, not the placement's fragmentation, so when the placed arena still exceeds the budget
+the MILP's limit is tightened by the excess and it is solved again. When no plan fits, the
+error states the smallest budget that does: the arena of the least-memory plan, placed.
+"""
 
 from __future__ import annotations
 
 import re
+import time
+from dataclasses import dataclass, field
 
 from ..errors import CompileError
-from .plan import MemoryPlan
+from ..program.ir import Program
+from ..program.remat import check_transient, find_candidates, rewrite
+from .cost_model import KernelWork, profile_for
+from .plan import MemoryPlan, plan_memory
+from .remat_milp import BudgetProblem
 
 UNITS = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2,
          "gb": 1000**3, "gib": 1024**3}
+SOLVE_SECONDS = 25.0  # the whole search (all MILP solves of one compile) stops after this
+ATTEMPTS = 6  # MILP solves with a tightened limit when fragmentation overshoots the budget
+CANDIDATE_FRACTION = 256  # buffers smaller than the largest / this are always kept
 
 
 def parse_bytes(budget) -> int:
@@ -21,7 +38,46 @@ def parse_bytes(budget) -> int:
     return int(float(m.group(1)) * UNITS[m.group(2).lower()])
 
 
+@dataclass
+class BudgetReport:
+    """What fitting a budget did: the choices, their cost and how sure the solver is."""
+
+    budget_bytes: int
+    unconstrained_arena: int
+    arena_bytes: int
+    profile: str
+    step_seconds: float  # one plain step in the cost model
+    extra_seconds: float = 0.0  # recomputation + paging in the cost model
+    bound_seconds: float = 0.0  # the solver's lower bound on extra_seconds
+    gap: float = 0.0
+    optimal: bool = True
+    solve_seconds: float = 0.0
+    attempts: int = 0
+    counts: dict = field(default_factory=dict)  # decision -> candidates
+    paged_bytes: int = 0
+    recomputed_bytes: int = 0
+    replayed_calls: int = 0
+
+    @property
+    def overhead(self) -> float:
+        return self.extra_seconds / self.step_seconds if self.step_seconds else 0.0
+
+    def summary(self) -> str:
+        if not self.attempts:
+            return (f"memory budget {self.budget_bytes:,} B: the unconstrained arena "
+                    f"({self.unconstrained_arena:,} B) fits; nothing recomputed or paged")
+        gap = "optimal" if self.optimal and self.gap < 1e-6 else f"gap {self.gap:.1%}"
+        return (f"memory budget {self.budget_bytes:,} B: arena {self.arena_bytes:,} B "
+                f"(unconstrained {self.unconstrained_arena:,} B); recompute "
+                f"{self.counts.get('recompute', 0)} buffers ({self.recomputed_bytes:,} B, "
+                f"{self.replayed_calls} calls run again), page "
+                f"{self.counts.get('page', 0)} ({self.paged_bytes:,} B); extra cost "
+                f"{self.overhead:.1%} of a step in the {self.profile} cost model "
+                f"({gap}, {self.solve_seconds:.2f} s, {self.attempts} MILP solve(s))")
+
+
 def check_budget(plan: MemoryPlan, budget) -> None:
+    """Refuse a budget below the unconstrained arena (without rematerialization)."""
     limit = parse_bytes(budget)
     if plan.arena_bytes > limit:
         raise CompileError(
@@ -29,3 +85,81 @@ def check_budget(plan: MemoryPlan, budget) -> None:
             f"{plan.arena_bytes:,} bytes at this batch size; the smallest budget that works "
             f"without rematerialization is {plan.arena_bytes:,} bytes (lower bound "
             f"{plan.lower_bound_bytes:,}); use a smaller batch or a larger budget")
+
+
+def fit_budget(train: Program, predict: Program, plan: MemoryPlan, library, budget,
+               target: str, batch: int) -> tuple[Program, MemoryPlan]:
+    """The training program and plan whose emitted arena is at most `budget` bytes."""
+    limit = parse_bytes(budget)
+    work = KernelWork(library)
+    profile = profile_for(target)
+    report = BudgetReport(limit, plan.arena_bytes, plan.arena_bytes, profile.name,
+                          work.program(train) * profile.seconds_per_iteration)
+    if plan.arena_bytes <= limit:
+        plan.budget = report
+        return train, plan
+    start = time.perf_counter()
+    largest = max((s.nbytes for s in train.lifetimes()), default=0)
+    candidates = find_candidates(train, max(plan.alignment, largest // CANDIDATE_FRACTION))
+    problem = BudgetProblem(train, candidates, work, profile, plan.alignment)
+    persistent = plan.persistent_bytes
+    predict_need = _predict_arena(predict, plan.alignment, persistent)
+    target_peak = limit - persistent
+    for _ in range(ATTEMPTS):
+        left = SOLVE_SECONDS - (time.perf_counter() - start)
+        if predict_need > limit or target_peak <= 0 or left <= 0:
+            break
+        solution = problem.solve(target_peak, left)
+        report.attempts += 1
+        if solution is None:
+            break
+        program, new_plan = _realise(train, predict, solution.choices, plan.alignment)
+        if new_plan.arena_bytes <= limit:
+            return program, _finish(new_plan, report, solution, problem, program, start)
+        target_peak -= max(new_plan.arena_bytes - limit, plan.alignment)
+    least = problem.least_memory(max(SOLVE_SECONDS - (time.perf_counter() - start), 5.0))
+    smallest = max(plan.arena_bytes if least is None else 0, predict_need)
+    if least is not None:
+        program, new_plan = _realise(train, predict, least.choices, plan.alignment)
+        report.attempts += 1
+        if new_plan.arena_bytes <= limit:
+            return program, _finish(new_plan, report, least, problem, program, start)
+        smallest = max(smallest, new_plan.arena_bytes)
+    raise CompileError(
+        f"memory_budget={budget!r} ({limit:,} bytes) is too small for this model at batch "
+        f"{batch} on target {target!r}: the smallest budget that works is {smallest:,} "
+        f"bytes (the unconstrained arena is {plan.arena_bytes:,} bytes, of which "
+        f"{persistent:,} are parameters, buffers and optimizer state, which never leave the "
+        f"arena). Use memory_budget of at least {smallest:,} bytes, a smaller batch, or "
+        f"ub.SparseUpdate to train fewer parameters")
+
+
+def _predict_arena(predict: Program, alignment: int, persistent: int) -> int:
+    """The arena `predict` needs on its own: the least any budget can be."""
+    alone = plan_memory([predict], alignment)
+    return persistent + alone.arena_bytes - alone.persistent_bytes
+
+
+def _realise(train, predict, choices, alignment):
+    program, decisions = rewrite(train, choices)
+    try:
+        check_transient(program)
+    except AssertionError as err:
+        raise CompileError(f"internal error in the budget rewrite: {err}") from None
+    return program, plan_memory([program, predict], alignment, decisions)
+
+
+def _finish(new_plan, report, solution, problem, program, start) -> MemoryPlan:
+    report.arena_bytes = new_plan.arena_bytes
+    report.extra_seconds, report.bound_seconds = solution.cost, solution.bound
+    report.gap, report.optimal = solution.gap, solution.optimal
+    report.solve_seconds = time.perf_counter() - start
+    for cand, how in solution.choices.items():
+        report.counts[how] = report.counts.get(how, 0) + 1
+        if how == "page":
+            report.paged_bytes += cand.nbytes
+        elif how == "recompute":
+            report.recomputed_bytes += cand.nbytes
+    report.replayed_calls = sum("replay_of" in c.attrs for c in program.calls)
+    new_plan.budget = report
+    return new_plan

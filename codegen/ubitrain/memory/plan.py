@@ -23,7 +23,10 @@ class PlannedBuffer:
     offset: int
     lifetime: tuple[int, int] | None  # call indices in its program; None when persistent
     program: str | None
-    decision: str = "keep"  # what the plan does with it (kept in the arena for its lifetime)
+    # "keep" (in the arena for its lifetime), "page" (written to storage after its forward use,
+    # read back into a copy before its next use) or "recompute" (rebuilt by running its
+    # writers again); the copy and the replay's temporaries carry the same decision.
+    decision: str = "keep"
     shared_by: list[str] = field(default_factory=list)  # outputs written over it in place
 
 
@@ -38,6 +41,7 @@ class MemoryPlan:
     # program -> bytes of outputs that took over a dying input's buffer (no buffer of their own)
     in_place_bytes: dict = field(default_factory=dict)
     strategy: dict = field(default_factory=dict)  # program -> the placement that won
+    budget: object | None = None  # memory/budget.py BudgetReport when a budget was given
 
     def bytes_by_kind(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -51,7 +55,10 @@ class MemoryPlan:
                 f"{ratio:.3f}x; persistent state {self.persistent_bytes:,} B)")
 
 
-def plan_memory(programs: list[Program], alignment: int = 16) -> MemoryPlan:
+def plan_memory(programs: list[Program], alignment: int = 16,
+                decisions: dict | None = None) -> MemoryPlan:
+    """`decisions`: {root slot: "recompute" | "page"} from program/remat.py's rewrite."""
+    decisions = decisions or {}
     persistent: list[Slot] = []
     seen = set()
     for prog in programs:
@@ -79,7 +86,8 @@ def plan_memory(programs: list[Program], alignment: int = 16) -> MemoryPlan:
         for s, i in ids.items():
             offsets[s] = base + planner.offset(i)
             buffers.append(PlannedBuffer(s.name, s.kind, s.nbytes, offsets[s], spans[s],
-                                         prog.name, shared_by=sharers.get(s, [])))
+                                         prog.name, decision=decisions.get(s, "keep"),
+                                         shared_by=sharers.get(s, [])))
         transient_peak = max(transient_peak, planner.arena_size())
         lower_bound = max(lower_bound, planner.lower_bound())
         strategy[prog.name] = planner.strategy

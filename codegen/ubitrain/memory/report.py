@@ -3,7 +3,9 @@
 The picture has the step's calls on the x axis and arena addresses on the y axis. Every
 buffer is a rectangle from its first to its last use, at its offset, colored by kind;
 persistent state (parameters, buffers, optimizer state) is the band at the bottom that spans
-the whole step. Buffers that in-place kernels write over are hatched. A line
+the whole step. Buffers that in-place kernels write over are hatched; under a memory budget,
+buffers the plan recomputes are cross-hatched and paged ones dotted, with a black edge (the
+original buffer ends at its page-out, the copy starts at its page-in or replay). A line
 shows the bytes alive at each call, so the gap between it and the top of the rectangles is
 what the placement loses to fragmentation.
 """
@@ -19,6 +21,7 @@ KIND_COLORS = {
     "coefficients": "#937860", "activation": "#dd8452", "gradient": "#55a868",
     "mask": "#da8bc3", "scratch": "#8c8c8c",
 }
+DECISION_HATCH = {"recompute": "xxxx", "page": "...."}
 
 
 def _calls(plan: MemoryPlan, program: str) -> int:
@@ -58,8 +61,10 @@ def render_png(plan: MemoryPlan, path, program: str = "train_step", title: str =
             continue
         ax.add_patch(Rectangle((x0, b.offset / kib), width, b.nbytes / kib,
                                facecolor=KIND_COLORS.get(b.kind, "#cccccc"),
-                               edgecolor="#ffffff", linewidth=0.3,
-                               hatch="////" if b.shared_by else None))
+                               edgecolor="#000000" if b.decision in DECISION_HATCH
+                               else "#ffffff", linewidth=0.3,
+                               hatch=DECISION_HATCH.get(b.decision,
+                                                        "////" if b.shared_by else None)))
     live = live_bytes(plan, program)
     xs = [x for t in range(n) for x in (t, t + 1)]
     ax.plot(xs, [v / kib for v in live for _ in (0, 1)], color="#1a1a1a", linewidth=0.7,
@@ -79,6 +84,11 @@ def render_png(plan: MemoryPlan, path, program: str = "train_step", title: str =
     handles = [Patch(facecolor=KIND_COLORS[k], label=k.replace("_", " ")) for k in kinds]
     handles.append(Patch(facecolor="#dddddd", edgecolor="#ffffff", hatch="////",
                          label="written over in place"))
+    decided = {b.decision for b in plan.buffers if b.program == program}
+    for decision, hatch in DECISION_HATCH.items():
+        if decision in decided:
+            handles.append(Patch(facecolor="#dddddd", edgecolor="#000000", hatch=hatch,
+                                 label={"recompute": "recomputed", "page": "paged"}[decision]))
     line_handles, _ = ax.get_legend_handles_labels()
     ax.legend(handles=handles + line_handles, loc="upper left", bbox_to_anchor=(1.01, 1.0),
               fontsize=8, frameon=False)
@@ -92,6 +102,15 @@ def render_png(plan: MemoryPlan, path, program: str = "train_step", title: str =
 
 def text_summary(plan: MemoryPlan, program: str = "train_step", top: int = 12) -> str:
     lines = [f"memory plan: {plan.summary()}"]
+    if plan.budget is not None:
+        lines.append(plan.budget.summary())
+    mine = [b for b in plan.buffers if b.program == program]
+    for decision in DECISION_HATCH:
+        chosen = [b for b in mine if b.decision == decision]
+        if chosen:
+            lines.append(f"{decision}: {len(chosen)} buffers "
+                         f"({', '.join(b.name for b in chosen[:8])}"
+                         f"{', ...' if len(chosen) > 8 else ''})")
     ratio = plan.arena_bytes / max(plan.lower_bound_bytes, 1)
     lines.append(f"placement: {plan.strategy.get(program, '?')} "
                  f"({ratio:.4f} x lower bound)")
@@ -108,7 +127,6 @@ def text_summary(plan: MemoryPlan, program: str = "train_step", top: int = 12) -
         lines.append(f"  {kind:<16} {nbytes:>12,} B")
     lines.append(f"largest buffers of {program} (name, kind, bytes, offset, lifetime, "
                  "decision):")
-    mine = [b for b in plan.buffers if b.program == program]
     for b in sorted(mine, key=lambda b: -b.nbytes)[:top]:
         shared = f", shared in place by {len(b.shared_by)}" if b.shared_by else ""
         lines.append(f"  {b.name:<28} {b.kind:<12} {b.nbytes:>10,} B  @ {b.offset:>10,}  "
@@ -136,6 +154,8 @@ def add_report_parser(sub, formatter):
     r.add_argument("--input-shape", default=None, metavar="D,D,...",
                    help="shape of one sample (when the factory returns only a module)")
     r.add_argument("--target", default="host", help="target name (default host)")
+    r.add_argument("--memory-budget", default=None,
+                   help='arena budget in bytes or e.g. "256KiB": recompute and page to fit')
     r.add_argument("--out-dir", default=None, help="where to write the C project")
     r.add_argument("--png", default=None,
                    help="where to write the picture (default OUT_DIR/memory_plan.png)")
@@ -152,7 +172,7 @@ def cmd_report(args) -> int:
                                                 args.batch, args.input_shape, args.loss)
     out_dir = Path(args.out_dir or Path("build") / Path(args.model.rpartition(":")[0]).stem)
     pkg = ub.compile(module, inputs, labels, loss=args.loss, optimizer=optimizer,
-                     target=args.target, out_dir=out_dir)
+                     target=args.target, memory_budget=args.memory_budget, out_dir=out_dir)
     png = render_png(pkg.memory_plan, args.png or out_dir / "memory_plan.png", args.program,
                      title=f"{type(module).__name__}, batch {int(inputs[0].shape[0])}: "
                            f"{pkg.memory_plan.summary()}")

@@ -92,6 +92,16 @@ class _CallPrinter:
     def ub_check_loss(self, call):
         return f"UB_TRY(ub_check_loss({self.pointer(call.args[0], False)}));"
 
+    def ub_page_out(self, call):  # runtime_c/ub_paging.h; blocks chosen by program/remat.py
+        (src,) = call.args
+        return (f"UB_TRY(ub_page_out(ctx->page_storage, {call.attrs['block']}u, "
+                f"{self.pointer(src, False)}, {src.nbytes}u));")
+
+    def ub_page_in(self, call):
+        (dst,) = call.args
+        return (f"UB_TRY(ub_page_in(ctx->page_storage, {call.attrs['block']}u, "
+                f"{self.pointer(dst, True)}, {dst.nbytes}u));")
+
     def ub_optimizer_coefficients(self, call):
         coef = self.pointer(call.args[0], True)
         parts = [f"{coef}[{i}] = {code};" for i, code in enumerate(call.attrs["code"])]
@@ -135,6 +145,9 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
         tensors=tensors, constants=constants, initial=initial, zeroed=zeroed, kernels=kernels,
         classes=classes, state_bytes=plan.persistent_bytes, model_id=_layout_id(tensors),
         train_body=[printer.statement(c) for c in train.calls],
+        pages=sum(c.kernel == "ub_page_out" for c in train.calls),
+        page_bytes_max=max((c.args[0].nbytes for c in train.calls if c.kernel == "ub_page_out"),
+                           default=0),
         predict_body=[printer.statement(c) for c in predict.calls],
     )
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True,

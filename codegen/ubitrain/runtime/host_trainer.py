@@ -32,7 +32,8 @@ class _FileStorage(ctypes.Structure):  # runtime_c/ub_storage_file.h
 
 class _Ctx(ctypes.Structure):
     _fields_ = [("arena", ctypes.c_void_p), ("rng_state", ctypes.c_uint64),
-                ("step", ctypes.c_uint32), ("magic", ctypes.c_uint32)]
+                ("step", ctypes.c_uint32), ("magic", ctypes.c_uint32),
+                ("page_storage", ctypes.c_void_p)]
 
 
 def _ptr(a: np.ndarray):
@@ -68,6 +69,21 @@ class HostTrainer(TrainerBase):
         init.restype = ctypes.c_int32
         self._check(init(ctypes.byref(self.ctx), _ptr(self.arena),
                          ctypes.c_size_t(self.arena.nbytes), ctypes.c_uint64(seed)), "init")
+        self._pages = None
+        if any(c.kernel == "ub_page_out" for c in package.programs["train_step"].calls):
+            self._set_page_storage()
+
+    def _set_page_storage(self):
+        """The plan pages tensors: give the step file-backed storage in a temp directory
+        (removed with the trainer)."""
+        import tempfile
+
+        self._pages = tempfile.TemporaryDirectory(prefix="ub_pages_")
+        self._page_storage = self._storage(Path(self._pages.name) / "page")
+        set_storage = getattr(self.lib, f"ub_{self.package.model_name}_set_storage")
+        set_storage.restype = ctypes.c_int32
+        self._check(set_storage(ctypes.byref(self.ctx), ctypes.byref(self._page_storage[1])),
+                    "set_storage")
 
     @property
     def steps(self) -> int:

@@ -25,6 +25,7 @@ STATUS_TEXT = {
     -9: "the storage failed to read or write",
     -10: "no complete checkpoint found",
     -11: "the checkpoint belongs to another model or layout",
+    -12: "the memory plan pages tensors and no page storage was set (set_storage)",
 }
 DTYPES = {0: np.float32, 1: np.int64, 2: np.int32, 3: np.int8}
 PARAMETER, BUFFER, OPTIMIZER_STATE = 0, 1, 2

@@ -1,0 +1,197 @@
+"""Training under `memory_budget=`: recomputation and paging (memory/budget.py).
+
+* The arena fits the budget, checked from the offsets printed in model.c (not from the
+  planner's bookkeeping), and training under the budget gives bit-identical losses,
+  parameters and optimizer state to the unconstrained build, with both recomputation and
+  paging in the plan (and Dropout masks, drawn once per step, never replayed).
+* The MILP's optimum equals an exhaustive search over every keep/page/recompute choice on
+  a small instance, and its memory model never undercounts the rewritten program.
+* A budget below what any plan reaches fails with the smallest budget that works, and that
+  budget then compiles and fits.
+"""
+
+import itertools
+import random
+import re
+
+import numpy as np
+import pytest
+import torch
+from test_memory_guarantees import check_emitted_plan
+from torch import nn
+
+import ubitrain as ub
+from ubitrain.errors import RuntimeStatusError
+from ubitrain.kernels.library import KernelLibrary
+from ubitrain.memory.arena_planner import ArenaPlanner
+from ubitrain.memory.cost_model import PROFILES, KernelWork
+from ubitrain.memory.remat_milp import BudgetProblem
+from ubitrain.program.build import build_programs
+from ubitrain.program.remat import find_candidates, rewrite
+from ubitrain.training.graph import build_training_module
+from ubitrain.zoo import ZOO
+
+
+def _zoo_batch(name, batch):
+    entry = ZOO[name]
+    torch.manual_seed(0)
+    x = torch.randn(batch, *entry.sample_shape)
+    y = torch.randint(0, entry.classes, (batch,))
+    torch.manual_seed(1)
+    return entry.factory(), x, y
+
+
+def _train(pkg, x, y, steps=3):
+    trainer = pkg.build()
+    losses = [trainer.step(x.numpy(), y.numpy()) for _ in range(steps)]
+    return trainer, losses, trainer.parameters(), trainer.optimizer_state()
+
+
+def _assert_same_training(a, b):
+    _, losses_a, params_a, opt_a = a
+    _, losses_b, params_b, opt_b = b
+    assert losses_a == losses_b
+    for ours, theirs in ((params_a, params_b), (opt_a, opt_b)):
+        assert ours.keys() == theirs.keys()
+        for name in ours:
+            assert np.array_equal(ours[name], theirs[name]), name
+
+
+def _updates_after_every_use(program):
+    """The early optimizer update of a parameter comes after every read of it."""
+    for i, call in enumerate(program.calls):
+        if "param" in call.attrs:
+            root = call.args[0].root
+            assert not any(a.root is root for c in program.calls[i + 1:] for a in c.args), \
+                call.attrs["param"]
+
+
+def test_half_budget_recomputes_and_pages_bit_identically(tmp_path):
+    model, x, y = _zoo_batch("mobilenetv2_small", 2)
+    opt = ub.SGD(lr=0.05, momentum=0.9)
+    plain = ub.compile(model, (x,), y, optimizer=opt, out_dir=tmp_path / "plain")
+    budget = plain.memory_plan.arena_bytes // 2
+    pkg = ub.compile(model, (x,), y, optimizer=opt, memory_budget=budget,
+                     out_dir=tmp_path / "budget")
+    assert check_emitted_plan(pkg) == pkg.memory_plan.arena_bytes <= budget
+    decisions = {b.decision for b in pkg.memory_plan.buffers}
+    assert {"keep", "recompute", "page"} <= decisions
+    train = pkg.programs["train_step"]
+    kernels = [c.kernel for c in train.calls]
+    assert "ub_page_out" in kernels and "ub_page_in" in kernels
+    replays = [c for c in train.calls if "replay_of" in c.attrs]
+    assert replays and not any(c.builtin for c in replays)
+    _updates_after_every_use(train)
+    report = pkg.memory_plan.budget
+    assert report.arena_bytes <= budget and report.extra_seconds > 0
+    assert "recompute" in report.summary() and "page" in report.summary()
+
+    budgeted = _train(pkg, x, y)
+    _assert_same_training(budgeted, _train(plain, x, y))
+
+    trainer = budgeted[0]  # paging planned and no storage: a clear status, nothing run
+    trainer.ctx.page_storage = None
+    with pytest.raises(RuntimeStatusError, match="no page storage was set"):
+        trainer.step(x.numpy(), y.numpy())
+
+
+class DropoutNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Dropout(0.3),
+            nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.Dropout(0.2))
+        self.head = nn.Linear(8 * 8 * 8, 5)
+
+    def forward(self, x):
+        return self.head(torch.flatten(self.features(x), 1))
+
+
+def test_tightest_budget_with_dropout_and_batchnorm(tmp_path):
+    """At the smallest budget it states, a model with Dropout masks (drawn once per step)
+    and BatchNorm (running statistics copied back at the end) trains as without a budget."""
+    torch.manual_seed(0)
+    model, x, y = DropoutNet(), torch.randn(4, 3, 8, 8), torch.randint(0, 5, (4,))
+    opt = ub.Adam(lr=1e-2)
+    with pytest.raises(ub.CompileError) as err:
+        ub.compile(model, (x,), y, optimizer=opt, memory_budget="1KiB",
+                   out_dir=tmp_path / "no")
+    message = str(err.value)
+    assert "batch 4" in message and "target 'host'" in message
+    smallest = int(re.search(r"smallest budget that works is ([\d,]+) bytes",
+                             message).group(1).replace(",", ""))
+    pkg = ub.compile(model, (x,), y, optimizer=opt, memory_budget=smallest,
+                     out_dir=tmp_path / "tight")
+    plain = ub.compile(model, (x,), y, optimizer=opt, out_dir=tmp_path / "plain")
+    assert check_emitted_plan(pkg) <= smallest < plain.memory_plan.arena_bytes
+    train = pkg.programs["train_step"]
+    masks = {c.args[0].root for c in train.calls if c.kernel == "ub_dropout_mask"}
+    assert len(masks) == 2
+    assert not any(w.root in masks for c in train.calls if "replay_of" in c.attrs
+                   for w in c.writes)
+    _updates_after_every_use(train)
+    assert {b.decision for b in pkg.memory_plan.buffers} - {"keep"}
+    _assert_same_training(_train(pkg, x, y), _train(plain, x, y))
+
+
+def _problem(name, batch, top):
+    model, x, y = _zoo_batch(name, batch)
+    tm = build_training_module(model, (x,), y, "cross_entropy", None)
+    library = KernelLibrary("scalar")
+    train = build_programs(tm, ub.SGD(lr=0.1, momentum=0.9), library, "float64")[0]
+    cands = sorted(find_candidates(train, 64), key=lambda c: -c.nbytes)[:top]
+    return train, cands, BudgetProblem(train, cands, KernelWork(library), PROFILES["cortex-m4"],
+                                       16)
+
+
+def test_milp_matches_exhaustive_search_and_never_undercounts_memory():
+    train, cands, problem = _problem("digits_cnn", 4, 7)
+    assert any(c.replay for c in cands) and len(cands) == 7
+
+    def feasible(choice):
+        return all(how != "recompute" or (c.replay is not None and all(
+            choice.get(d, "keep") == "keep" for d in c.deps)) for c, how in choice.items())
+
+    def cost(choice):
+        return sum(problem.page_cost[i] if choice[c] == "page" else
+                   problem.rc_cost[i] if choice[c] == "recompute" else 0.0
+                   for i, c in enumerate(cands))
+
+    plans = [dict(zip(cands, hows))
+             for hows in itertools.product(("keep", "page", "recompute"), repeat=len(cands))]
+    plans = [p for p in plans if feasible(p)]
+    unconstrained = problem.peak({})
+    least = min(problem.peak(p) for p in plans)
+    for frac in (0.95, 0.8, 0.6):
+        budget = least + frac * (unconstrained - least)
+        best = min(cost(p) for p in plans if problem.peak(p) <= budget)
+        solution = problem.solve(budget)
+        assert solution.cost == pytest.approx(best, rel=1e-9, abs=1e-12)
+        assert problem.peak(solution.choices) <= budget
+    assert problem.least_memory().peak == pytest.approx(least)
+
+    rng = random.Random(0)
+    for plan in rng.sample(plans, 25):  # the bytes really alive after the rewrite
+        program, _ = rewrite(train, plan)
+        planner = ArenaPlanner(16)
+        for s, (a, b) in program.lifetimes().items():
+            planner.add_buffer(s.nbytes, a, b)
+        assert planner.lower_bound() <= problem.peak(plan)
+
+
+def test_report_marks_recomputed_and_paged_buffers(tmp_path, capsys):
+    from pathlib import Path
+
+    from ubitrain.cli import main
+
+    factory = Path(__file__).parent.parent / "examples" / "digits_factory.py"
+    args = ["report", f"{factory}:factory", "--batch", "4", "--out-dir", str(tmp_path / "m")]
+    assert main(args + ["--png", str(tmp_path / "plain.png")]) == 0
+    arena = int(re.search(r"arena ([\d,]+) B", capsys.readouterr().out).group(1)
+                .replace(",", ""))
+    png = tmp_path / "plan.png"
+    assert main(args + ["--png", str(png), "--memory-budget", str(arena * 3 // 4)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = (tmp_path / "plan.txt").read_text()
+    assert "memory budget" in text
+    assert re.search(r"^(recompute|page): \d+ buffers", text, re.M), text
