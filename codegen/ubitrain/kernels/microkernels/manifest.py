@@ -24,7 +24,7 @@ class GemmCore:
 
 
 GEMM_CORES = {
-    "neon": GemmCore("neon/gemm.c.j2", 4, 8, "arm_neon.h"),
+    "neon": GemmCore("neon/gemm.c.j2", 6, 8, "arm_neon.h"),
 }
 
 # family -> (template, op token of the kernel name per mode)

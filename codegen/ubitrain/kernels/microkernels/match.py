@@ -18,6 +18,11 @@ def _rows(per_row_elements: int, total_rows: int) -> int:
     return max(1, min(total_rows, PACK_BYTES // (4 * max(per_row_elements, 1))))
 
 
+def _pointwise(KH, KW, sh, sw, padding) -> bool:
+    """A 1x1 conv of stride 1 without padding reads its operand unpacked."""
+    return (KH, KW, sh, sw) == (1, 1, 1, 1) and not any(padding)
+
+
 def match_conv2d(info: dict, out_shape: list[int]):
     a = info["attrs"]
     if not _floats(info) or a["groups"] != 1 or len(info["shapes"][0]) != 4:
@@ -40,8 +45,12 @@ def match_conv2d(info: dict, out_shape: list[int]):
         return None
     K = C * KH * KW
     rows = _rows(K * OW, OH)
-    p = dict(mode=mode, N=N, C=C, H=H, W=W, O=OC, KH=KH, KW=KW, OH=OH, OW=OW, sh=sh, sw=sw,
-             dh=dh, dw=dw, pt=pt, pl=pl, K=K, rows=rows, scratch_elements=rows * OW * K)
+    pointwise = mode == "forward" and _pointwise(KH, KW, sh, sw, a["padding"])
+    if pointwise:
+        rows = 0  # no packed operand
+    p = dict(mode=mode, pointwise=pointwise, N=N, C=C, H=H, W=W, O=OC, KH=KH, KW=KW, OH=OH,
+             OW=OW, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, K=K, rows=rows,
+             scratch_elements=rows * OW * K)
     p["doc"] = (f"conv2d {mode}: stride {sh}x{sw}, dilation {dh}x{dw}, padding {pt},{pl}; "
                 f"{rows} output rows per packed block")
     return "conv2d", p
@@ -57,10 +66,12 @@ def match_conv2d_transpose(info: dict, out_shape: list[int]):
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
     pt, pl, _, _ = a["padding"]
     K = C * KH * KW
-    rows = _rows(K * W_out, H_out)
+    pointwise = _pointwise(KH, KW, sh, sw, a["padding"]) and (H, W) == (H_out, W_out)
+    rows = 0 if pointwise else _rows(K * W_out, H_out)
     packed = rows * W_out * K
-    p = dict(mode="bwd_data", N=N, C=C, H=H, W=W, O=OC, KH=KH, KW=KW, H_out=H_out, W_out=W_out,
-             sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, K=K, rows=rows, packed_elements=packed,
+    p = dict(mode="bwd_data", pointwise=pointwise, N=N, C=C, H=H, W=W, O=OC, KH=KH, KW=KW,
+             H_out=H_out, W_out=W_out, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, K=K, rows=rows,
+             packed_elements=packed,
              scratch_elements=packed + OC * K)
     p["doc"] = (f"conv2d bwd_data (conv2d_transpose): stride {sh}x{sw}, dilation {dh}x{dw}, "
                 f"padding {pt},{pl}; {rows} rows of dx per packed block")

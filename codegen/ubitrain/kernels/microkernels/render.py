@@ -24,9 +24,10 @@ def _render(template: str, **params) -> str:
 def support_sources(isa: str) -> dict[str, str]:
     """The shared code the micro-kernels of `isa` call: packers, the GEMM micro-kernel."""
     core = GEMM_CORES[isa]
-    sources = {name: _render(t) for name, t in SUPPORT.items()}
-    sources[gemm_name(isa)] = _render(core.template, name=gemm_name(isa), mr=core.mr,
-                                      nr=core.nr)
+    tails = [m for m in (4, 2, 1) if m < core.mr]  # remainders of M, largest first
+    sources = {gemm_name(isa): _render(core.template, name=gemm_name(isa), mr=core.mr,
+                                       nr=core.nr, tails=tails)}
+    sources.update({f"{name}_{isa}": _render(t, isa=isa) for name, t in SUPPORT.items()})
     return sources
 
 
@@ -57,7 +58,7 @@ def render_kernel(func, isa: str, family: str, name: str, params: dict) -> CKern
     """The CKernel of a micro-kernel: called like the scalar kernel of `func` (its parameters
     in order, output last, scratch first)."""
     names = ["in0", "in1", "out"]
-    source = _render(FAMILIES[family][0], name=name, gemm=gemm_name(isa), a=names[0],
+    source = _render(FAMILIES[family][0], name=name, isa=isa, gemm=gemm_name(isa), a=names[0],
                      b=names[1], out=names[2], **params)
     tensors = []
     for cname, buffer in zip(names, func.params):

@@ -1,0 +1,184 @@
+"""Deterministic instruction counts of the kernels and of one training step, scalar against
+micro-kernel (intrinsic) variants, on the emulated targets.
+
+    python benchmarks/icount.py [--targets aarch64-neon ...] [--models digits_cnn lenet5]
+                                [--batch 4] [--kernel-batch 1] [--out results/icount.json]
+
+The tracing emulator retires about half a million instructions a second, so the defaults are
+small: the kernels of the lenet5 and digits_cnn layers at batch 1, one training step of
+digits_cnn at batch 4 (a scalar lenet5 step at batch 4 is about 10^8 instructions).
+
+Method (the same for every target, no wall time): QEMU runs the program with `-singlestep`
+(one guest instruction per translation block; on Hexagon one packet) and `-d nochain,exec`
+(one log line per executed block, chaining off so that none is skipped), the log going to a
+pipe. So the log has exactly one line per retired instruction (Hexagon: per packet).
+- Per kernel: kernels/microkernels/harness.py builds one program with every kernel variant;
+  it calls the empty function `ub_mark` right before and after each kernel call. The count of
+  a kernel is the number of log lines between the two `ub_mark` lines (it includes the
+  handful of instructions of the call itself).
+- Per training step: the model's own driver program (driver.c) runs `init` and then one, or
+  two, training steps on the same batch; the step's count is the difference of the two runs'
+  line counts (it includes reading one batch from the driver's input).
+Scalar builds are the same compile with micro-kernels switched off.
+
+The ratio reported is scalar instructions / micro-kernel instructions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import torch
+
+import ubitrain as ub
+from ubitrain.kernels import library as kernel_library
+from ubitrain.kernels.library import KernelLibrary
+from ubitrain.kernels.microkernels import harness
+from ubitrain.kernels.microkernels.cases import conv2d_funcs, matmul_funcs
+from ubitrain.kernels.microkernels.tagging import op_info
+from ubitrain.runtime.target_build import build_driver
+from ubitrain.targets import TARGETS, get_target
+from ubitrain.zoo import ZOO
+
+# The conv and linear layers of lenet5 and digits_cnn: (label, funcs at a batch size).
+LAYERS = [
+    ("lenet5 conv1", lambda b: conv2d_funcs((b, 1, 32, 32), (6, 1, 5, 5))),
+    ("lenet5 conv2", lambda b: conv2d_funcs((b, 6, 14, 14), (16, 6, 5, 5))),
+    ("lenet5 fc1", lambda b: matmul_funcs(b, 400, 120)),
+    ("digits conv1", lambda b: conv2d_funcs((b, 1, 8, 8), (8, 1, 3, 3), padding=(1, 1))),
+    ("digits conv2", lambda b: conv2d_funcs((b, 8, 4, 4), (16, 8, 3, 3), padding=(1, 1))),
+]
+
+
+def traced(target, binary: str, log_fd: int) -> list[str]:
+    """The emulator command of `target` with one log line per executed instruction."""
+    cmd = [binary] if target.runs_on_host else target.emulator_command(binary)
+    return [cmd[0], "-singlestep", "-d", "nochain,exec", "-D", f"/dev/fd/{log_fd}", *cmd[1:]]
+
+
+def run_traced(target, binary: str, counter: list[str], stdin: bytes = b"") -> str:
+    """Run under the tracing emulator; the log goes through `counter` (grep, wc)."""
+    read, write = os.pipe()
+    qemu = subprocess.Popen(traced(target, binary, write), stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            pass_fds=(write,))
+    os.close(write)
+    count = subprocess.Popen(counter, stdin=read, stdout=subprocess.PIPE)
+    os.close(read)
+    _, err = qemu.communicate(stdin)
+    out = count.communicate()[0].decode()
+    if qemu.returncode != 0:
+        raise RuntimeError(f"{binary} under {target.name}: status {qemu.returncode}: "
+                           f"{err.decode(errors='replace')[-1000:]}")
+    return out
+
+
+def kernel_counts(target, batch: int, work: Path) -> list[dict]:
+    isa = target.isa
+    cases, support, labels = [], {}, []
+    for layer, make in LAYERS:
+        for func in make(batch):
+            scalar = KernelLibrary("scalar").add(func, "k")
+            lib = KernelLibrary(isa)
+            micro = lib.add(func, "k")
+            if micro.name.endswith("__scalar"):
+                continue
+            support.update(lib.support)
+            inputs = [np.ones([int(d) for d in p.shape], np.float32) for p in func.params[:-1]]
+            cases.append(harness.Case(layer, [scalar, micro], inputs))
+            labels.append((layer, micro.name.split("_ukernel_")[0].removeprefix("ub_f32_"),
+                           op_info(func)["shapes"]))
+    binary = harness.build(cases, support, target, work)
+    marks = run_traced(target, str(binary), ["grep", "-n", "-E", " ub_mark$"])
+    lines = [int(line.split(":")[0]) for line in marks.splitlines()]
+    spans = [b - a - 1 for a, b in zip(lines[0::2], lines[1::2])]
+    rows = []
+    for (layer, kernel, shapes), case, (s, m) in zip(labels, cases,
+                                                        zip(spans[0::2], spans[1::2])):
+        rows.append(dict(layer=layer, kernel=kernel, shapes=shapes, micro=case.variants[1].name,
+                         scalar_instructions=s, micro_instructions=m, ratio=round(s / m, 2)))
+    return rows
+
+
+@contextmanager
+def scalar_only():
+    with mock.patch.object(kernel_library.microkernels, "plan", lambda func, isa: None):
+        yield
+
+
+def step_requests(pkg, steps: int, x: np.ndarray, y: np.ndarray) -> bytes:
+    req = b"I\0\0\0" + struct.pack("<Q", 0)
+    for _ in range(steps):
+        req += b"T\0\0\0" + x.tobytes() + y.tobytes()
+    return req + b"Q\0\0\0"
+
+
+def step_count(model_name: str, target, batch: int, work: Path, scalar: bool) -> int:
+    entry = ZOO[model_name]
+    torch.manual_seed(0)
+    model = entry.factory()
+    x = torch.randn((batch,) + entry.sample_shape)
+    y = torch.randint(0, entry.classes, (batch,))
+    out = work / f"{model_name}_{'scalar' if scalar else target.isa}"
+    if scalar:
+        with scalar_only():
+            pkg = ub.compile(model, (x,), y, optimizer=ub.SGD(lr=0.01, momentum=0.9),
+                             target=target.name, out_dir=out)
+    else:
+        pkg = ub.compile(model, (x,), y, optimizer=ub.SGD(lr=0.01, momentum=0.9),
+                         target=target.name, out_dir=out)
+    binary = str(build_driver(Path(pkg.out_dir), pkg.model_name, target).resolve())
+    xs, ys = x.numpy().astype(np.float32), y.numpy().astype(pkg.labels.dtype)
+    counts = [int(run_traced(target, binary, ["wc", "-l"], step_requests(pkg, n, xs, ys)))
+              for n in (1, 2)]
+    return counts[1] - counts[0]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    with_micro = [n for n, t in TARGETS.items() if t.isa != "scalar" and not t.runs_on_host]
+    parser.add_argument("--targets", nargs="+", default=with_micro)
+    parser.add_argument("--models", nargs="*", default=["digits_cnn"])
+    parser.add_argument("--batch", type=int, default=4, help="batch of the training steps")
+    parser.add_argument("--kernel-batch", type=int, default=1, help="batch of the kernels")
+    parser.add_argument("--out", default="results/icount.json")
+    args = parser.parse_args(argv)
+    results = {"method": "qemu -singlestep -d nochain,exec: one log line per instruction",
+               "batch": args.batch, "kernel_batch": args.kernel_batch, "targets": {}}
+    with tempfile.TemporaryDirectory(prefix="ub_icount_") as tmp:
+        for name in args.targets:
+            target = get_target(name)
+            rows = kernel_counts(target, args.kernel_batch, Path(tmp) / f"kernels_{name}")
+            print(f"\n{name}: instructions per kernel call, scalar vs {target.isa}")
+            print(f"{'layer':<14} {'kernel':<22} {'scalar':>12} {target.isa:>12} {'ratio':>7}")
+            for r in rows:
+                print(f"{r['layer']:<14} {r['kernel']:<22} {r['scalar_instructions']:>12,} "
+                      f"{r['micro_instructions']:>12,} {r['ratio']:>6.2f}x")
+            steps = []
+            for model in args.models:
+                s = step_count(model, target, args.batch, Path(tmp), scalar=True)
+                m = step_count(model, target, args.batch, Path(tmp), scalar=False)
+                steps.append(dict(model=model, scalar_instructions=s, micro_instructions=m,
+                                  ratio=round(s / m, 2)))
+                print(f"training step {model:<12} scalar {s:>12,}  {target.isa} {m:>12,}  "
+                      f"{s / m:.2f}x")
+            results["targets"][name] = {"isa": target.isa, "kernels": rows, "steps": steps}
+            sys.stdout.flush()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=1))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
