@@ -17,6 +17,7 @@ from ..targets import check_board_fit, get_target
 from .layers import LayerProgram
 from .lower import lower_module
 from .program import build_int8_programs
+from .simd import isa_for
 from .trainer import Int8Trainer
 from .update import NITI
 
@@ -80,7 +81,7 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
     if program.classes > MAX_CLASSES:
         raise CompileError(f"precision='int8': {program.classes} classes; the integer softmax "
                            f"gradient supports at most {MAX_CLASSES}")
-    progs = build_int8_programs(program, config)
+    progs = build_int8_programs(program, config, isa_for(tgt))
     plan = plan_memory([progs.train, progs.predict], alignment=tgt.alignment)
     if memory_budget is not None:
         from ..memory.budget import check_budget
@@ -94,5 +95,5 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
         inputs=progs.inputs, labels=progs.labels, output=progs.output, classes=program.classes,
         trainable=list(program.weights),
         programs={"train_step": progs.train, "predict": progs.predict},
-        kernel_count=len(progs.kernels) - 1, compile_seconds=time.perf_counter() - start,
+        kernel_count=len(progs.kernels) - 2, compile_seconds=time.perf_counter() - start,
         layer_program=program, config=config)

@@ -53,8 +53,10 @@ class Int8Programs:
 class _Builder:
     def __init__(self, program: LayerProgram, config: NITI, isa: str = "scalar"):
         self.p, self.config, self.isa = program, config, isa
-        self.kernels: dict[str, str] = {"ub_niti_common": ENV.get_template(
-            "niti_common.c.j2").render()}
+        self.kernels: dict[str, str] = {
+            "ub_niti_common": ENV.get_template("niti_common.c.j2").render(),
+            "ub_niti_simd": ENV.get_template("niti_simd.c.j2").render(isa=isa, prefix="ub_niti_"),
+        }
         self.temp = 0
 
     def kernel(self, template: str, op: str, layer: int, **params) -> str:
@@ -79,8 +81,17 @@ def _conv_params(layer: Conv) -> dict:
                 where=layer.where or "<top>")
 
 
-def build_int8_programs(program: LayerProgram, config: NITI) -> Int8Programs:
-    bld = _Builder(program, config)
+def _conv_template(layer: Conv) -> str:
+    """Linear layers get their own loops: dot products and axpys over contiguous rows."""
+    return "niti_linear.c.j2" if layer.linear else "niti_conv2d.c.j2"
+
+
+def _op(layer: Conv) -> str:
+    return "linear" if layer.linear else "conv2d"
+
+
+def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar") -> Int8Programs:
+    bld = _Builder(program, config, isa)
     batch = program.input_shape[0]
     x = Slot(c_ident(program.input_name), program.input_shape, "float32", "input")
     labels = Slot("labels", (batch,), "int64", "label")
@@ -110,7 +121,7 @@ def build_int8_programs(program: LayerProgram, config: NITI) -> Int8Programs:
             saved.append(h)
             if isinstance(layer, Conv):
                 y = bld.slot(layer.out_shape[:2] if layer.linear else layer.out_shape, what="y")
-                name = bld.kernel("niti_conv2d.c.j2", "conv2d" + suffix, i, variant="forward",
+                name = bld.kernel(_conv_template(layer), _op(layer) + suffix, i, variant="forward",
                                   site=site_offset(layer.fwd_site), mode=mode,
                                   max_interval=config.max_interval, in_exp=exp_index,
                                   **_conv_params(layer))
@@ -162,13 +173,13 @@ def build_int8_programs(program: LayerProgram, config: NITI) -> Int8Programs:
             err_in = None
             if layer.error_site >= 0:
                 err_in = bld.slot(x_in.shape, what="err")
-                name = bld.kernel("niti_conv2d.c.j2", "conv2d_input_grad", i,
+                name = bld.kernel(_conv_template(layer), _op(layer) + "_input_grad", i,
                                   variant="input_grad", site=site_offset(layer.error_site),
                                   mode=train_mode, max_interval=config.max_interval, **params)
                 calls.append(Call(name, [err, w, state_vec, err_in], [2, 3],
                                   scratch=bld.scratch(4 * elements(layer.in_shape))))
             n_w = elements(layer.weight_shape)
-            name = bld.kernel("niti_conv2d.c.j2", "conv2d_filter_grad_update", i,
+            name = bld.kernel(_conv_template(layer), _op(layer) + "_filter_grad_update", i,
                               variant="filter_update", site=site_offset(layer.grad_site),
                               mode=train_mode, max_interval=config.max_interval,
                               schedule=schedule, **params)

@@ -1,0 +1,22 @@
+"""The int8 inner loops with intrinsics (NEON SMULL/SADALP/SMLAL, Cortex-M SXTB16+SMLAD, HVX
+vrmpy) against the plain-C variant, on each target: one check program per target, built by
+its cross compiler and run under its emulator (int8/simd.py). A missing toolchain skips
+locally and fails in CI (CI=true)."""
+
+import pytest
+from test_targets import require_tools
+
+from ubitrain.int8.simd import TARGET_ISA, build_check, run_check
+from ubitrain.runtime.target_build import toolchain_file
+from ubitrain.targets import get_target
+
+
+@pytest.mark.parametrize("target_name", list(TARGET_ISA))
+def test_simd_variant_equals_scalar(tmp_path, target_name):
+    target = get_target(target_name)
+    if not target.runs_on_host:
+        require_tools(target_name)
+    isa = TARGET_ISA[target_name]
+    binary = build_check(target, isa, tmp_path / "check",
+                         None if target.runs_on_host else toolchain_file(target))
+    assert run_check(target, binary) == 0, f"{isa} differs from scalar on {target_name}"
