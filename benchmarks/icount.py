@@ -150,7 +150,7 @@ def main(argv=None) -> int:
     parser.add_argument("--targets", nargs="+", default=with_micro)
     parser.add_argument("--models", nargs="*", default=["digits_cnn"])
     parser.add_argument("--batch", type=int, default=4, help="batch of the training steps")
-    parser.add_argument("--kernel-batch", type=int, default=1, help="batch of the kernels")
+    parser.add_argument("--kernel-batch", type=int, default=4, help="batch of the kernels")
     parser.add_argument("--out", default="results/icount.json")
     args = parser.parse_args(argv)
     results = {"method": "qemu -singlestep -d nochain,exec: one log line per instruction",

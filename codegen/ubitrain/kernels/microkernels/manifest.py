@@ -40,3 +40,11 @@ SUPPORT = {"pack": "common/pack.c.j2"}
 
 def gemm_name(isa: str) -> str:
     return f"ub_f32_gemm_ukernel_{GEMM_CORES[isa].tile}__{isa}"
+
+
+def core_names(isa: str) -> dict:
+    """The three functions of an ISA's GEMM template: the GEMM, the indirect GEMM (rows of
+    B at offsets) and the NT GEMM (A . B^T)."""
+    tile = GEMM_CORES[isa].tile
+    return {"gemm": gemm_name(isa), "igemm": f"ub_f32_igemm_ukernel_{tile}__{isa}",
+            "gemm_nt": f"ub_f32_gemm_nt_ukernel_4x4__{isa}"}

@@ -2,20 +2,43 @@
 
 Each matcher takes the `ub_op` record and returns (family, parameters) or None; None keeps
 the scalar kernel. The parameters are what the family's template needs: shapes, stride,
-dilation and padding, in the terms of the forward conv for all three conv kernels.
+dilation and padding (in the terms of the forward conv for all three conv kernels), the
+variant (direct, packed, pointwise: see templates/common/conv2d.c.j2) and the scratch layout.
 """
 
 from __future__ import annotations
 
 PACK_BYTES = 16 * 1024  # the packed operand of one block of rows stays under this
+DIRECT_BYTES = 256 * 1024  # a padded image larger than this is packed in blocks instead
 
 
 def _floats(info) -> bool:
     return all(d == "float32" for d in info["dtypes"])
 
 
+def _align(n: int) -> int:
+    return (n + 15) // 16 * 16
+
+
 def _rows(per_row_elements: int, total_rows: int) -> int:
     return max(1, min(total_rows, PACK_BYTES // (4 * max(per_row_elements, 1))))
+
+
+def _variant(p: dict, stride_one: bool, Hp: int, Wp: int, top: int, left: int) -> dict:
+    """Direct when the stride is 1 and the padded image is small enough, else packed; the
+    scratch layout of either (the bwd_data flipped weights last)."""
+    K, pre = p["K"], 0
+    if p["pointwise"]:
+        p["variant"] = "pointwise"
+    elif stride_one and p["C"] * Hp * Wp * 4 <= DIRECT_BYTES and top >= 0 and left >= 0:
+        p.update(variant="direct", Hp=Hp, Wp=Wp, top=top, left=left, image_offset=_align(4 * K))
+        pre = _align(4 * K) + _align(4 * p["C"] * Hp * Wp)
+    else:
+        p["variant"] = "packed"
+        pre = _align(4 * p["rows"] * p["packed_cols"] * K)
+    p["wt_offset"] = pre
+    p["scratch_bytes"] = pre + (_align(4 * p["O"] * K) if p["mode"] == "bwd_data" else 0)
+    return p
 
 
 def _pointwise(KH, KW, sh, sw, padding) -> bool:
@@ -28,7 +51,7 @@ def match_conv2d(info: dict, out_shape: list[int]):
     if not _floats(info) or a["groups"] != 1 or len(info["shapes"][0]) != 4:
         return None
     layouts = (a["data_layout"], a["kernel_layout"], a["out_layout"])
-    pt, pl, _, _ = a["padding"]
+    pt, pl, pb, pr = a["padding"]
     if layouts == ("NCHW", "OIHW", "NCHW"):
         (N, C, H, W), (OC, _, KH, KW) = info["shapes"]
         (sh, sw), (dh, dw) = a["strides"], a["dilation"]
@@ -44,15 +67,15 @@ def match_conv2d(info: dict, out_shape: list[int]):
     else:
         return None
     K = C * KH * KW
-    rows = _rows(K * OW, OH)
     pointwise = mode == "forward" and _pointwise(KH, KW, sh, sw, a["padding"])
-    if pointwise:
-        rows = 0  # no packed operand
     p = dict(mode=mode, pointwise=pointwise, N=N, C=C, H=H, W=W, O=OC, KH=KH, KW=KW, OH=OH,
-             OW=OW, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, K=K, rows=rows,
-             scratch_elements=rows * OW * K)
-    p["doc"] = (f"conv2d {mode}: stride {sh}x{sw}, dilation {dh}x{dw}, padding {pt},{pl}; "
-                f"{rows} output rows per packed block")
+             OW=OW, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, K=K, rows=_rows(K * OW, OH),
+             packed_cols=OW)
+    # the padded image must hold every window of the output: rows up to OH-1 + (KH-1)*dh
+    Hp, Wp = max(H + pt + pb, OH + (KH - 1) * dh), max(W + pl + pr, OW + (KW - 1) * dw)
+    _variant(p, (sh, sw) == (1, 1), Hp, Wp, pt, pl)
+    p["doc"] = (f"conv2d {mode} ({p['variant']}): stride {sh}x{sw}, dilation {dh}x{dw}, "
+                f"padding {pt},{pl},{pb},{pr}")
     return "conv2d", p
 
 
@@ -67,14 +90,16 @@ def match_conv2d_transpose(info: dict, out_shape: list[int]):
     pt, pl, _, _ = a["padding"]
     K = C * KH * KW
     pointwise = _pointwise(KH, KW, sh, sw, a["padding"]) and (H, W) == (H_out, W_out)
-    rows = 0 if pointwise else _rows(K * W_out, H_out)
-    packed = rows * W_out * K
     p = dict(mode="bwd_data", pointwise=pointwise, N=N, C=C, H=H, W=W, O=OC, KH=KH, KW=KW,
-             H_out=H_out, W_out=W_out, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, K=K, rows=rows,
-             packed_elements=packed,
-             scratch_elements=packed + OC * K)
-    p["doc"] = (f"conv2d bwd_data (conv2d_transpose): stride {sh}x{sw}, dilation {dh}x{dw}, "
-                f"padding {pt},{pl}; {rows} rows of dx per packed block")
+             H_out=H_out, W_out=W_out, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, K=K,
+             rows=_rows(K * W_out, H_out), packed_cols=W_out)
+    # dy sits in a zero frame wide enough for every flipped window of dx
+    top, left = (KH - 1) * dh - pt, (KW - 1) * dw - pl
+    Hp, Wp = H_out + (KH - 1) * dh, W_out + (KW - 1) * dw
+    fits = top + H <= Hp and left + W <= Wp
+    _variant(p, (sh, sw) == (1, 1) and fits, Hp, Wp, top, left)
+    p["doc"] = (f"conv2d bwd_data ({p['variant']}, a conv2d_transpose): stride {sh}x{sw}, "
+                f"dilation {dh}x{dw}, padding {pt},{pl}")
     return "conv2d", p
 
 
@@ -83,7 +108,7 @@ def match_matmul(info: dict, out_shape: list[int]):
     if not _floats(info) or len(shapes[0]) != 2 or len(shapes[1]) != 2:
         return None
     (M, K), (_, N) = shapes
-    return "matmul", dict(M=M, N=N, K=K, scratch_elements=0)
+    return "matmul", dict(M=M, N=N, K=K, scratch_bytes=0)
 
 
 MATCHERS = {"relax.nn.conv2d": match_conv2d,

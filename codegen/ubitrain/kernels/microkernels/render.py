@@ -7,7 +7,7 @@ from pathlib import Path
 import jinja2
 
 from ..c_printer import CKernel
-from .manifest import FAMILIES, GEMM_CORES, SUPPORT, gemm_name
+from .manifest import FAMILIES, GEMM_CORES, SUPPORT, core_names, gemm_name
 from .match import match
 from .tagging import op_info
 
@@ -25,8 +25,8 @@ def support_sources(isa: str) -> dict[str, str]:
     """The shared code the micro-kernels of `isa` call: packers, the GEMM micro-kernel."""
     core = GEMM_CORES[isa]
     tails = [m for m in (4, 2, 1) if m < core.mr]  # remainders of M, largest first
-    sources = {gemm_name(isa): _render(core.template, name=gemm_name(isa), mr=core.mr,
-                                       nr=core.nr, tails=tails)}
+    sources = {gemm_name(isa): _render(core.template, mr=core.mr, nr=core.nr, tails=tails,
+                                       **core_names(isa))}
     sources.update({f"{name}_{isa}": _render(t, isa=isa) for name, t in SUPPORT.items()})
     return sources
 
@@ -58,14 +58,14 @@ def render_kernel(func, isa: str, family: str, name: str, params: dict) -> CKern
     """The CKernel of a micro-kernel: called like the scalar kernel of `func` (its parameters
     in order, output last, scratch first)."""
     names = ["in0", "in1", "out"]
-    source = _render(FAMILIES[family][0], name=name, isa=isa, gemm=gemm_name(isa), a=names[0],
-                     b=names[1], out=names[2], **params)
+    source = _render(FAMILIES[family][0], name=name, isa=isa, a=names[0], b=names[1],
+                     out=names[2], **core_names(isa), **params)
     tensors = []
     for cname, buffer in zip(names, func.params):
         elements = 1
         for d in buffer.shape:
             elements *= int(d)
         tensors.append((cname, str(buffer.dtype), elements))
-    scratch = (params["scratch_elements"] * 4 + 15) // 16 * 16
     return CKernel(name=name, source=source, params=tensors, written={len(tensors) - 1},
-                   scratch_bytes=scratch, notes=[f"micro-kernel {family} for {isa}"])
+                   scratch_bytes=params["scratch_bytes"],
+                   notes=[f"micro-kernel {family} for {isa}"])
