@@ -65,6 +65,13 @@ class _Builder:
             self.kernels[name] = ENV.get_template(template).render(name=name, **params)
         return name
 
+    def im2col(self, layer_index: int, layer: Conv) -> str | None:
+        """The patch gatherer of a convolution, emitted once before its first user."""
+        if layer.linear:
+            return None
+        return self.kernel("niti_conv2d.c.j2", "im2col", layer_index, variant="im2col",
+                           **_conv_params(layer))
+
     def slot(self, shape, dtype="int8", kind="activation", what="t") -> Slot:
         self.temp += 1
         return Slot(f"{what}{self.temp}", tuple(int(d) for d in shape), dtype, kind)
@@ -78,12 +85,20 @@ def _conv_params(layer: Conv) -> dict:
     _, o, oh, ow = layer.out_shape
     (kh, kw), (sh, sw), (ph, pw) = layer.kernel, layer.stride, layer.padding
     return dict(B=b, C=c, H=h, W=w, O=o, OH=oh, OW=ow, KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw,
-                where=layer.where or "<top>")
+                K=c * kh * kw, where=layer.where or "<top>")
 
 
 def _conv_template(layer: Conv) -> str:
     """Linear layers get their own loops: dot products and axpys over contiguous rows."""
     return "niti_linear.c.j2" if layer.linear else "niti_conv2d.c.j2"
+
+
+def _patch_bytes(layer: Conv) -> int:
+    """int8 patches of every output position (none for a linear layer)."""
+    if layer.linear:
+        return 0
+    b, _, oh, ow = layer.out_shape
+    return b * oh * ow * layer.in_shape[1] * layer.kernel[0] * layer.kernel[1]
 
 
 def _op(layer: Conv) -> str:
@@ -124,8 +139,8 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
                 name = bld.kernel(_conv_template(layer), _op(layer) + suffix, i, variant="forward",
                                   site=site_offset(layer.fwd_site), mode=mode,
                                   max_interval=config.max_interval, in_exp=exp_index,
-                                  **_conv_params(layer))
-                acc = bld.scratch(4 * elements(layer.out_shape))
+                                  im2col=bld.im2col(i, layer), **_conv_params(layer))
+                acc = bld.scratch(4 * elements(layer.out_shape) + _patch_bytes(layer))
                 calls.append(Call(name, [h, weights[layer.weight], exps[layer.weight], state_vec,
                                          y], [3, 4], scratch=acc))
                 exp_index = site_offset(layer.fwd_site) + EXPONENT
@@ -176,15 +191,16 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
                 name = bld.kernel(_conv_template(layer), _op(layer) + "_input_grad", i,
                                   variant="input_grad", site=site_offset(layer.error_site),
                                   mode=train_mode, max_interval=config.max_interval, **params)
+                col = 0 if layer.linear else 4 * params["K"]
                 calls.append(Call(name, [err, w, state_vec, err_in], [2, 3],
-                                  scratch=bld.scratch(4 * elements(layer.in_shape))))
+                                  scratch=bld.scratch(4 * elements(layer.in_shape) + col)))
             n_w = elements(layer.weight_shape)
             name = bld.kernel(_conv_template(layer), _op(layer) + "_filter_grad_update", i,
                               variant="filter_update", site=site_offset(layer.grad_site),
                               mode=train_mode, max_interval=config.max_interval,
-                              schedule=schedule, **params)
+                              schedule=schedule, im2col=bld.im2col(i, layer), **params)
             calls.append(Call(name, [x_in, err, state_vec, w], [2, 3],
-                              scratch=bld.scratch(5 * n_w)))
+                              scratch=bld.scratch(5 * n_w + _patch_bytes(layer))))
             err = err_in
         elif isinstance(layer, ReLU):
             # the ReLU ran in place: its output is the buffer saved for the next layer
