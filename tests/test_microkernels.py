@@ -37,7 +37,7 @@ CONV_CASES = [
     ((1, 1, 30, 30), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1)),  # several packed row blocks
 ]
 MATMUL_CASES = [(6, 13, 19), (1, 7, 3), (9, 33, 8), (4, 400, 120)]
-ISA_TARGETS = {t.isa: name for name, t in TARGETS.items() if t.isa in GEMM_CORES}
+MICRO_TARGETS = sorted(name for name, t in TARGETS.items() if t.isa in GEMM_CORES)
 
 
 def _funcs():
@@ -97,11 +97,12 @@ def reference(func, inputs):
     return value.numpy().reshape(-1), magnitude.numpy().reshape(-1), terms
 
 
-@pytest.fixture(scope="module", params=sorted(ISA_TARGETS))
+@pytest.fixture(scope="module", params=MICRO_TARGETS)
 def isa_run(request, tmp_path_factory):
-    """Per ISA: every case built once as scalar and micro-kernel, run in one emulator process."""
-    isa = request.param
-    target = TARGETS[ISA_TARGETS[isa]]
+    """Per target: every case built once as scalar and micro-kernel, run in one emulator
+    process."""
+    target = TARGETS[request.param]
+    isa = target.isa
     require_tools(target.name)
     rng = np.random.default_rng(7)
     cases, support, refs = [], {}, []
@@ -114,7 +115,7 @@ def isa_run(request, tmp_path_factory):
                   for p in func.params[:-1]]
         cases.append(harness.Case(label, [scalar, micro], inputs))
         refs.append(reference(func, inputs))
-    binary = harness.build(cases, support, target, tmp_path_factory.mktemp(f"uk_{isa}"))
+    binary = harness.build(cases, support, target, tmp_path_factory.mktemp(f"uk_{target.name}"))
     return isa, cases, harness.run(binary, target, cases), refs
 
 

@@ -25,6 +25,8 @@ class GemmCore:
 
 GEMM_CORES = {
     "neon": GemmCore("neon/gemm.c.j2", 6, 8, "arm_neon.h"),
+    # Cortex-M4F/M7: the scalar FPU, register-blocked (CMSIS-DSP's token; no CMSIS code)
+    "cmsis_dsp": GemmCore("cmsis_dsp/gemm.c.j2", 4, 4, "math.h"),
 }
 
 # family -> (template, op token of the kernel name per mode)
