@@ -8,9 +8,12 @@
   a small instance, and its memory model never undercounts the rewritten program.
 * A budget below what any plan reaches fails with the smallest budget that works, and that
   budget then compiles and fits.
+* On a microcontroller target (built by its cross compiler, run under QEMU), the driver
+  pages through semihosted files and trains bit-identically to its unconstrained build.
 """
 
 import itertools
+import os
 import random
 import re
 
@@ -28,6 +31,8 @@ from ubitrain.memory.cost_model import PROFILES, KernelWork
 from ubitrain.memory.remat_milp import BudgetProblem
 from ubitrain.program.build import build_programs
 from ubitrain.program.remat import find_candidates, rewrite
+from ubitrain.runtime.target_build import missing_tools
+from ubitrain.targets import get_target
 from ubitrain.training.graph import build_training_module
 from ubitrain.zoo import ZOO
 
@@ -195,3 +200,35 @@ def test_report_marks_recomputed_and_paged_buffers(tmp_path, capsys):
     text = (tmp_path / "plan.txt").read_text()
     assert "memory budget" in text
     assert re.search(r"^(recompute|page): \d+ buffers", text, re.M), text
+
+
+def _smallest_budget(model, x, y, opt, target, out_dir):
+    with pytest.raises(ub.CompileError) as err:
+        ub.compile(model, (x,), y, optimizer=opt, target=target, memory_budget=1,
+                   out_dir=out_dir)
+    found = re.search(r"smallest budget that works is ([\d,]+) bytes", str(err.value))
+    return int(found.group(1).replace(",", ""))
+
+
+def test_paging_on_a_microcontroller_under_qemu(tmp_path):
+    target = "cortex-m4"
+    missing = missing_tools(get_target(target))
+    if missing:
+        message = f"target {target}: {', '.join(missing)} not installed (scripts/setup.sh)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    model, x, y = _zoo_batch("digits_cnn", 4)
+    opt = ub.SGD(lr=0.05, momentum=0.9)
+    smallest = _smallest_budget(model, x, y, opt, target, tmp_path / "no")
+    pkg = ub.compile(model, (x,), y, optimizer=opt, target=target, memory_budget=smallest,
+                     out_dir=tmp_path / "budget")
+    assert check_emitted_plan(pkg) <= smallest
+    assert any(c.kernel == "ub_page_out" for c in pkg.programs["train_step"].calls)
+    plain = ub.compile(model, (x,), y, optimizer=opt, target=target, out_dir=tmp_path / "plain")
+    budgeted, unbudgeted = _train(pkg, x, y), _train(plain, x, y)
+    try:
+        _assert_same_training(budgeted, unbudgeted)
+    finally:
+        for trainer in (budgeted[0], unbudgeted[0]):
+            trainer.close()

@@ -21,7 +21,8 @@ less. Finding the best placement is NP-hard (dynamic storage allocation), so:
    not grow (sideways moves let it cross plateaus). A few climbs restart from the best seed
    placement with different random streams, and the best result is kept. Seeded generators
    keep the plan the same from one compile to the next; the work is bounded (steps and
-   conflict pairs visited), and it stops as soon as the arena equals the lower bound.
+   conflict pairs visited), and it stops as soon as the arena equals the lower bound (or,
+   given a `target` such as a memory budget's share, once the arena is at most that).
 
 The interface is TFLM's: `add_buffer(size, first_use, last_use)`, `offset(i)`,
 `arena_size()`, plus `lower_bound()`.
@@ -39,9 +40,10 @@ HILL_CLIMB_RESTARTS = 4  # split over this many climbs from the best seed placem
 
 
 class ArenaPlanner:
-    def __init__(self, alignment: int = 16, seed: int = 0):
+    def __init__(self, alignment: int = 16, seed: int = 0, target: int = 0):
         self.alignment = alignment
         self.seed = seed
+        self.target = target  # good enough: stop improving at this arena
         self.sizes: list[int] = []
         self.spans: list[tuple[int, int]] = []
         self._offsets: list[int] | None = None
@@ -125,7 +127,7 @@ class ArenaPlanner:
             self._offsets, self._arena = [], 0
             return
         conflicts = self._conflicts()
-        bound = self.lower_bound()
+        bound = max(self.lower_bound(), self.target)
         best = None
         for name, order in self._seed_orders(conflicts).items():
             for best_fit in (False, True):

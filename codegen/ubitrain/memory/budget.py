@@ -23,8 +23,8 @@ from .remat_milp import BudgetProblem
 
 UNITS = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2,
          "gb": 1000**3, "gib": 1024**3}
-SOLVE_SECONDS = 25.0  # the whole search (all MILP solves of one compile) stops after this
-ATTEMPTS = 6  # MILP solves with a tightened limit when fragmentation overshoots the budget
+SOLVE_SECONDS = 20.0  # no new attempt (MILP solve + placement) starts after this
+ATTEMPTS = 8  # MILP solves with a tightened limit when fragmentation overshoots the budget
 CANDIDATE_FRACTION = 256  # buffers smaller than the largest / this are always kept
 
 
@@ -104,33 +104,64 @@ def fit_budget(train: Program, predict: Program, plan: MemoryPlan, library, budg
     problem = BudgetProblem(train, candidates, work, profile, plan.alignment)
     persistent = plan.persistent_bytes
     predict_need = _predict_arena(predict, plan.alignment, persistent)
-    target_peak = limit - persistent
-    for _ in range(ATTEMPTS):
+    # The MILP bounds bytes alive; the placed arena may exceed them by its fragmentation. Try
+    # the budget itself, then tighten by the excess until a plan fits (down to the
+    # least-memory plan), then search between the tightest limit that fitted and the
+    # loosest that did not: the cost falls as the limit loosens.
+    def attempt(solution):
+        report.attempts += 1
+        program, new_plan = _realise(train, predict, solution.choices, plan.alignment, limit)
+        return program, new_plan, solution
+
+    fits_at, fails_at, best, least, least_tried = None, limit - persistent, None, None, None
+    peak = fails_at
+    for _ in range(ATTEMPTS if predict_need <= limit else 0):
         left = SOLVE_SECONDS - (time.perf_counter() - start)
-        if predict_need > limit or target_peak <= 0 or left <= 0:
+        if left <= 0:
             break
-        solution = problem.solve(target_peak, left)
-        report.attempts += 1
-        if solution is None:
+        solution = problem.solve(peak, left) if peak > 0 else None
+        if solution is None:  # below what any plan reaches: the least-memory plan
+            least = problem.least_memory(max(left, 5.0))
+            if least is None or least.peak >= fails_at:
+                break
+            peak, solution = int(least.peak), least
+        tried = attempt(solution)
+        if solution is least:
+            least_tried = tried
+        if tried[1].arena_bytes <= limit:
+            fits_at, best = peak, tried
+            if peak == limit - persistent or solution is least:
+                break
+        else:  # below the failed plan's own peak, so that the next plan differs
+            fails_at = min(peak, int(solution.peak) - plan.alignment)
+            if solution is least:
+                break
+        if fits_at is None:
+            peak = min(peak - (tried[1].arena_bytes - limit), fails_at)
+        elif fails_at - fits_at <= plan.alignment:
             break
-        program, new_plan = _realise(train, predict, solution.choices, plan.alignment)
-        if new_plan.arena_bytes <= limit:
-            return program, _finish(new_plan, report, solution, problem, program, start)
-        target_peak -= max(new_plan.arena_bytes - limit, plan.alignment)
-    least = problem.least_memory(max(SOLVE_SECONDS - (time.perf_counter() - start), 5.0))
-    smallest = max(plan.arena_bytes if least is None else 0, predict_need)
+        else:
+            peak = (fits_at + fails_at) // 2
+    if best is not None:
+        return best[0], _finish(best[1], report, best[2], best[0], start)
+    if least is None:
+        least = problem.least_memory(max(SOLVE_SECONDS - (time.perf_counter() - start), 5.0))
+    smallest = plan.arena_bytes
     if least is not None:
-        program, new_plan = _realise(train, predict, least.choices, plan.alignment)
-        report.attempts += 1
+        program, new_plan, _ = least_tried or attempt(least)
         if new_plan.arena_bytes <= limit:
-            return program, _finish(new_plan, report, least, problem, program, start)
-        smallest = max(smallest, new_plan.arena_bytes)
+            return program, _finish(new_plan, report, least, program, start)
+        smallest = new_plan.arena_bytes
+    return _too_small(budget, limit, batch, target, plan, max(smallest, predict_need))
+
+
+def _too_small(budget, limit, batch, target, plan, smallest):
     raise CompileError(
         f"memory_budget={budget!r} ({limit:,} bytes) is too small for this model at batch "
         f"{batch} on target {target!r}: the smallest budget that works is {smallest:,} "
         f"bytes (the unconstrained arena is {plan.arena_bytes:,} bytes, of which "
-        f"{persistent:,} are parameters, buffers and optimizer state, which never leave the "
-        f"arena). Use memory_budget of at least {smallest:,} bytes, a smaller batch, or "
+        f"{plan.persistent_bytes:,} are parameters, buffers and optimizer state, which never "
+        f"leave the arena). Use memory_budget of at least {smallest:,} bytes, a smaller batch, or "
         f"ub.SparseUpdate to train fewer parameters")
 
 
@@ -140,16 +171,16 @@ def _predict_arena(predict: Program, alignment: int, persistent: int) -> int:
     return persistent + alone.arena_bytes - alone.persistent_bytes
 
 
-def _realise(train, predict, choices, alignment):
+def _realise(train, predict, choices, alignment, limit=0):
     program, decisions = rewrite(train, choices)
     try:
         check_transient(program)
     except AssertionError as err:
         raise CompileError(f"internal error in the budget rewrite: {err}") from None
-    return program, plan_memory([program, predict], alignment, decisions)
+    return program, plan_memory([program, predict], alignment, decisions, limit)
 
 
-def _finish(new_plan, report, solution, problem, program, start) -> MemoryPlan:
+def _finish(new_plan, report, solution, program, start) -> MemoryPlan:
     report.arena_bytes = new_plan.arena_bytes
     report.extra_seconds, report.bound_seconds = solution.cost, solution.bound
     report.gap, report.optimal = solution.gap, solution.optimal

@@ -56,8 +56,9 @@ class MemoryPlan:
 
 
 def plan_memory(programs: list[Program], alignment: int = 16,
-                decisions: dict | None = None) -> MemoryPlan:
-    """`decisions`: {root slot: "recompute" | "page"} from program/remat.py's rewrite."""
+                decisions: dict | None = None, target: int = 0) -> MemoryPlan:
+    """`decisions`: {root slot: "recompute" | "page"} from program/remat.py's rewrite;
+    `target`: an arena size that is good enough (a budget), where placement may stop."""
     decisions = decisions or {}
     persistent: list[Slot] = []
     seen = set()
@@ -76,7 +77,7 @@ def plan_memory(programs: list[Program], alignment: int = 16,
 
     transient_peak, lower_bound, strategy = 0, 0, {}
     for prog in programs:
-        planner = ArenaPlanner(alignment)
+        planner = ArenaPlanner(alignment, target=max(target - base, 0))
         spans = prog.lifetimes()
         ids = {s: planner.add_buffer(s.nbytes, a, b) for s, (a, b) in spans.items()}
         sharers: dict = {}

@@ -56,7 +56,7 @@ class BudgetProblem:
     def __init__(self, program: Program, candidates: list[Candidate], work: KernelWork,
                  profile: CostProfile, alignment: int):
         self.cands = candidates
-        self.profile = profile
+        self.profile, self.work = profile, work
         n = len(program.calls)
         sizes = {s: align_up(s.nbytes, alignment) for s in program.lifetimes()}
         live = np.zeros(n + 1)

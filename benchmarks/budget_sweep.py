@@ -1,0 +1,177 @@
+"""Training under a memory budget: cost of ubitrain's plan from the unconstrained arena down to
+the smallest feasible budget, next to Chen et al.'s checkpointing and the MILP optimum.
+
+    python benchmarks/budget_sweep.py [--models ...] [--batch 8] [--targets host cortex-m4]
+                                      [--points 8] [--out results/budget_sweep.json]
+
+For each zoo model, target cost profile (memory/cost_model.py) and budget:
+
+* ubitrain: `fit_budget` as `ub.compile(memory_budget=)` runs it: the MILP, the rewrite of
+  the step, the arena placed again (retrying with a tighter MILP limit when fragmentation
+  overshoots). overhead = extra cost / one plain step in the cost model; arena = the placed
+  arena (<= budget); solve = wall time of the whole search on this machine.
+* MILP optimum: the same MILP (same candidates, graph and cost model) solved once at the
+  budget minus the persistent state, i.e. without the fragmentation margin; `bound` is the
+  lower bound HiGHS proves (equal to the optimum when it closes the gap). ubitrain's plan
+  can only cost more than this, because the placed arena must also fit.
+* Chen et al. (2016) checkpointing on the same candidates and cost model: forward
+  activations in forward order, every k-th kept as a checkpoint, the others dropped after
+  their forward use and recomputed once per segment when the backward reaches the segment
+  (the segment's forward calls run again once; its activations then live until their last
+  backward use). `chen_sqrt` is k = ceil(sqrt(n)); `chen_best` is the cheapest k whose
+  peak fits the budget (no paging, no fragmentation margin: a bound in its favour).
+* The smallest feasible budget is the placed arena of the least-memory plan (the number the
+  infeasible-budget error states); the sweep spaces `--points` budgets evenly from the
+  unconstrained arena down to it.
+"""
+
+import argparse
+import json
+import math
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import ubitrain as ub
+from ubitrain.errors import CompileError
+from ubitrain.kernels.library import KernelLibrary
+from ubitrain.memory.budget import CANDIDATE_FRACTION, fit_budget
+from ubitrain.memory.cost_model import KernelWork, profile_for
+from ubitrain.memory.plan import plan_memory
+from ubitrain.memory.remat_milp import BudgetProblem
+from ubitrain.program.build import build_programs
+from ubitrain.program.remat import find_candidates
+from ubitrain.targets import get_target
+from ubitrain.training.graph import build_training_module
+from ubitrain.zoo import ZOO
+
+
+def programs(name, batch, target):
+    entry = ZOO[name]
+    torch.manual_seed(0)
+    x = torch.randn(batch, *entry.sample_shape)
+    y = torch.randint(0, entry.classes, (batch,))
+    tgt = get_target(target)
+    tm = build_training_module(entry.factory(), (x,), y, "cross_entropy", None)
+    library = KernelLibrary(tgt.isa)
+    train, predict = build_programs(tm, ub.SGD(lr=0.01, momentum=0.9), library,
+                                    tgt.accumulate_dtype)[:2]
+    return train, predict, library, plan_memory([train, predict], tgt.alignment)
+
+
+def chen_plans(problem: BudgetProblem, train):
+    """(k, peak bytes, extra seconds) of every checkpoint spacing k on forward activations."""
+    cands = problem.cands
+    forward = sorted((i for i, c in enumerate(cands) if c.root.kind == "activation"
+                      and c.replay is not None), key=lambda i: cands[i].u)
+    n = len(forward)
+    plans = []
+    for k in range(1, n + 1):
+        dropped = [i for pos, i in enumerate(forward) if pos % k != 0] if k > 1 else []
+        segments = [forward[s:s + k][1:] for s in range(0, n, k)]
+        live = problem.live.copy()
+        cost = 0.0
+        for seg in segments:
+            if not seg:
+                continue
+            back = min(cands[i].v for i in seg)  # the segment is recomputed at its first use
+            calls = set()
+            for i in seg:
+                c = cands[i]
+                live[c.u + 1:back] -= problem.bytes[i]
+                calls.update(c.replay)
+            cost += sum(problem.work(train.calls[w]) for w in calls) * \
+                problem.profile.seconds_per_iteration
+        plans.append((k, float(live.max()), cost, len(dropped)))
+    return plans
+
+
+def sweep(name, batch, target, points):
+    train, predict, library, plan = programs(name, batch, target)
+    alignment = plan.alignment
+    arena, persistent = plan.arena_bytes, plan.persistent_bytes
+    largest = max(s.nbytes for s in train.lifetimes())
+    cands = find_candidates(train, max(alignment, largest // CANDIDATE_FRACTION))
+    problem = BudgetProblem(train, cands, KernelWork(library), profile_for(target), alignment)
+    try:
+        fit_budget(train, predict, plan, library, 1, target, batch)
+        raise AssertionError("a 1-byte budget fitted")
+    except CompileError as err:
+        smallest = int(str(err).split("smallest budget that works is ")[1].split(" ")[0]
+                       .replace(",", ""))
+    chen = chen_plans(problem, train)
+    sqrt_k = max(1, math.ceil(math.sqrt(max(len(chen), 1))))
+    rows = []
+    for budget in np.linspace(arena, smallest, points).astype(int):
+        budget = int(budget)
+        start = time.perf_counter()
+        _, fitted = fit_budget(train, predict, plan, library, budget, target, batch)
+        seconds = time.perf_counter() - start
+        rep = fitted.budget
+        opt = problem.solve(budget - persistent, 25.0)
+        fits = [c for c in chen if c[1] + persistent <= budget]
+        best = min(fits, key=lambda c: c[2]) if fits else None
+        sq = chen[sqrt_k - 1] if chen else None
+        row = dict(model=name, batch=batch, target=target, budget=budget,
+                   budget_over_arena=round(budget / arena, 4), arena=fitted.arena_bytes,
+                   unconstrained_arena=arena, smallest=smallest,
+                   overhead=rep.overhead, recompute=rep.counts.get("recompute", 0),
+                   page=rep.counts.get("page", 0), solve_seconds=round(seconds, 3),
+                   milp_attempts=rep.attempts,
+                   milp_overhead=None if opt is None else opt.cost / rep.step_seconds,
+                   milp_bound_overhead=None if opt is None else opt.bound / rep.step_seconds,
+                   milp_gap=None if opt is None else opt.gap,
+                   milp_seconds=None if opt is None else round(opt.seconds, 3),
+                   chen_best_overhead=None if best is None else best[2] / rep.step_seconds,
+                   chen_best_k=None if best is None else best[0],
+                   chen_sqrt_k=sqrt_k,
+                   chen_sqrt_peak=None if sq is None else int(sq[1] + persistent),
+                   chen_sqrt_overhead=None if sq is None else sq[2] / rep.step_seconds,
+                   candidates=len(cands))
+        rows.append(row)
+        yield row
+
+
+def _pct(v):
+    return "    -" if v is None else f"{100 * v:5.1f}%"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=list(ZOO))
+    parser.add_argument("--batch", type=int, nargs="+", default=[8])
+    parser.add_argument("--targets", nargs="+", default=["host", "cortex-m4"])
+    parser.add_argument("--points", type=int, default=8)
+    parser.add_argument("--out", type=Path, default=Path("results/budget_sweep.json"))
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    rows = []
+    print(f"{'model':<19}{'b':>2} {'target':<10}{'budget':>10} {'/arena':>6} {'arena':>10} "
+          f"{'ubitrain':>8} {'MILP opt':>8} {'bound':>7} {'Chen best':>9} {'rc':>3} {'pg':>3} "
+          f"{'solve s':>7}")
+    for name in args.models:
+        for batch in args.batch:
+            for target in args.targets:
+                for r in sweep(name, batch, target, args.points):
+                    rows.append(r)
+                    print(f"{name:<19}{batch:>2} {target:<10}{r['budget']:>10,} "
+                          f"{r['budget_over_arena']:>6.3f} {r['arena']:>10,} "
+                          f"{_pct(r['overhead']):>8} {_pct(r['milp_overhead']):>8} "
+                          f"{_pct(r['milp_bound_overhead']):>7} "
+                          f"{_pct(r['chen_best_overhead']):>9} {r['recompute']:>3} "
+                          f"{r['page']:>3} {r['solve_seconds']:>7.2f}", flush=True)
+                print(f"  Chen sqrt(n): k={r['chen_sqrt_k']}, peak {r['chen_sqrt_peak']:,} B "
+                      f"({r['chen_sqrt_peak'] / r['unconstrained_arena']:.3f} of the arena), "
+                      f"overhead {_pct(r['chen_sqrt_overhead'])}; smallest feasible "
+                      f"{r['smallest']:,} B ({r['smallest'] / r['unconstrained_arena']:.3f})",
+                      flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(rows, indent=1))
+    print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
