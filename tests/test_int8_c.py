@@ -74,7 +74,8 @@ def test_int8_parameters_load_and_errors(tmp_path):
                       out_dir=tmp_path / "f")
     assert pkg.memory_plan.arena_bytes < fp32.memory_plan.arena_bytes
 
-    with pytest.raises(ub.UnsupportedOpError, match=r"aten\.layer_norm.*aten\.gelu"):
+    with pytest.raises(ub.UnsupportedOpError,
+                       match=r"aten\.layer_norm.*aten\.gelu.*float_fallback"):
         ub.compile(nn.Sequential(nn.Linear(8, 8, bias=False), nn.LayerNorm(8), nn.GELU(),
                                  nn.Linear(8, 3, bias=False)),
                    (torch.randn(2, 8),), torch.tensor([0, 1]), precision="int8",
@@ -90,3 +91,25 @@ def test_int8_parameters_load_and_errors(tmp_path):
         ub.compile(niti_net(), (x,), y, precision="int8", loss="mse", out_dir=tmp_path / "bad")
     with pytest.raises(ub.CompileError, match="milestones"):
         ub.NITI(mu=(5, 4), milestones=())
+
+
+def test_float_fallback_ops_run_as_tables_bit_for_bit(tmp_path):
+    """GELU, Tanh and Sigmoid, allowed as float fallbacks, run as compile-time tables; the C
+    still equals the reference bit for bit. LayerNorm has no fallback."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.GELU(), nn.MaxPool2d(2),
+                          nn.Conv2d(4, 8, 3, stride=2, padding=1, bias=False), nn.Tanh(),
+                          nn.Flatten(), nn.Linear(32, 16, bias=False),
+                          nn.GELU(approximate="tanh"), nn.Linear(16, 5, bias=False),
+                          nn.Sigmoid())
+    data = batches(6)
+    x, y = torch.from_numpy(data[0][0]), torch.from_numpy(data[0][1])
+    with pytest.raises(ub.UnsupportedOpError, match=r"aten\.tanh.*aten\.sigmoid"):
+        ub.compile(model, (x,), y, precision="int8", out_dir=tmp_path / "bad",
+                   optimizer=ub.NITI(float_fallback=("aten.gelu",)))
+    with pytest.raises(ub.CompileError, match="elementwise ops"):
+        ub.NITI(float_fallback=("aten.layer_norm",))
+    config = ub.NITI(mu=(5,), milestones=(), adaptive_rescale=True, max_interval=4,
+                     float_fallback=("aten.gelu", "aten.tanh", "aten.sigmoid"))
+    pkg = ub.compile(model, (x,), y, precision="int8", optimizer=config, out_dir=tmp_path / "m")
+    check_against_reference(pkg, data, config)

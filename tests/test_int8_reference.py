@@ -188,3 +188,22 @@ def test_unsupported_ops_are_named():
         lower_module(model, torch.randn(2, 8))
     with pytest.raises(ub.UnsupportedOpError, match="bias=False"):
         lower_module(nn.Sequential(nn.Linear(8, 3)), torch.randn(2, 8))
+
+
+@pytest.mark.parametrize("op,torch_fn", [
+    ("aten.gelu", torch.nn.functional.gelu), ("aten.sigmoid", torch.sigmoid),
+    ("aten.tanh", torch.tanh), ("aten.silu", torch.nn.functional.silu)])
+def test_float_fallback_tables_follow_the_float_function_and_its_gradient(op, torch_fn):
+    from ubitrain.int8 import fallback
+    f, f_exp, d, d_exp = fallback.tables(op)
+    for row in (0, 10, 14, 18, len(f_exp) - 1):
+        e = fallback.E_LO + row
+        x = torch.arange(-128, 128, dtype=torch.float64) * 2.0 ** e
+        x.requires_grad_(True)
+        y = torch_fn(x)
+        y.sum().backward()
+        # within one LSB of each table's own exponent (rounding to int8)
+        assert np.abs(f[row] * 2.0 ** f_exp[row] - y.detach().numpy()).max() <= 2.0 ** f_exp[row]
+        assert np.abs(d[row] * 2.0 ** d_exp[row] - x.grad.numpy()).max() <= 2.0 ** d_exp[row]
+    col, row = fallback.table_index(np.array([127, -3]), fallback.E_LO - 2)  # brought up to E_LO
+    assert row == 0 and list(col - 128) == [32, -1]

@@ -77,7 +77,7 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
         raise CompileError("precision='int8' needs a float input batch and int64 class labels "
                            f"[batch]; got input {x.dtype} and labels {labels.dtype} "
                            f"{list(labels.shape)}")
-    program = lower_module(model, x.float())
+    program = lower_module(model, x.float(), config.float_fallback)
     if program.classes > MAX_CLASSES:
         raise CompileError(f"precision='int8': {program.classes} classes; the integer softmax "
                            f"gradient supports at most {MAX_CLASSES}")

@@ -50,6 +50,21 @@ class Conv:
 
 
 @dataclass
+class Elementwise:
+    """A float function as compile-time tables (fallback.py): F, D [rows, 256] int8."""
+
+    op: str
+    shape: tuple[int, ...]
+    f: object = None
+    f_exp: object = None
+    d: object = None
+    d_exp: object = None
+    where: str = ""
+    fwd_site: int = -1
+    error_site: int = -1
+
+
+@dataclass
 class ReLU:
     shape: tuple[int, ...]
     where: str = ""
@@ -87,7 +102,7 @@ class LayerProgram:
         last = self.layers[-1]
         if isinstance(last, Conv) and last.linear:
             return last.out_shape[:2]
-        return tuple(getattr(last, "out_shape", getattr(last, "shape", ())))
+        return tuple(getattr(last, "out_shape", None) or getattr(last, "shape", ()))
 
     @property
     def state_size(self) -> int:
@@ -107,6 +122,12 @@ class LayerProgram:
                     layer.error_site = n
                     n += 1
                 seen_weights = True
+            elif isinstance(layer, Elementwise):
+                layer.fwd_site = n
+                n += 1
+                if seen_weights:
+                    layer.error_site = n
+                    n += 1
         self.sites = n
 
 

@@ -13,7 +13,8 @@ import torch
 
 from ..errors import CompileError, UnsupportedOpError
 from ..frontend.torch_export import _module_path, _op_label, export_module
-from .layers import Conv, Flatten, LayerProgram, MaxPool, ReLU
+from . import fallback
+from .layers import Conv, Elementwise, Flatten, LayerProgram, MaxPool, ReLU
 from .quantize import quantize_weight
 
 INT32_SAFE = (2**31 - 1) // (127 * 127)  # products an int32 accumulator holds without overflow
@@ -104,17 +105,28 @@ def supported_int8_ops() -> list[str]:
     return sorted({_op_label(op) for op in INT8_LAYERS})
 
 
-def lower_module(model: torch.nn.Module, example_input: torch.Tensor) -> LayerProgram:
+def _elementwise(node, where, x, **kwargs):
+    op = _op_label(node.target)
+    f, f_exp, d, d_exp = fallback.tables(op, **kwargs)
+    return Elementwise(op, _shape(node), f, f_exp, d, d_exp, where=where)
+
+
+def lower_module(model: torch.nn.Module, example_input: torch.Tensor,
+                 float_fallback: tuple[str, ...] = ()) -> LayerProgram:
     exported = export_module(model, (example_input,), training=True)
     graph = exported.graph
+    allowed = set(float_fallback)
     problems = [f"{_module_path(n)}: {_op_label(n.target)}" for n in graph.nodes
-                if n.op == "call_function" and n.target not in INT8_LAYERS]
+                if n.op == "call_function" and n.target not in INT8_LAYERS
+                and _op_label(n.target) not in allowed]
     if problems:
         ops = "; ".join(dict.fromkeys(problems))
         raise UnsupportedOpError(
             f"precision='int8': no integer (NITI) form for {ops}. Supported in int8: "
             f"{', '.join(supported_int8_ops())} (conv2d and linear without bias). Train this "
-            "model with precision='fp32', or replace these layers.")
+            "model with precision='fp32', replace these layers, or allow a float fallback for "
+            "an elementwise op: ub.NITI(float_fallback=(\"aten.gelu\",)) (available for "
+            f"{', '.join(fallback.FUNCTIONS)}).")
 
     targets = {s.arg.name: s.target for s in exported.graph_signature.input_specs
                if s.kind.name in ("PARAMETER", "BUFFER")}
@@ -135,7 +147,8 @@ def lower_module(model: torch.nn.Module, example_input: torch.Tensor) -> LayerPr
             raise UnsupportedOpError(f"{where}: {_op_label(node.target)} does not take the "
                                      "previous layer's output; precision='int8' trains a "
                                      "chain of layers (no branches or residual adds)")
-        layer = INT8_LAYERS[node.target](node, where, *node.args, **node.kwargs)
+        convert = INT8_LAYERS.get(node.target, _elementwise)
+        layer = convert(node, where, *node.args, **node.kwargs)
         if isinstance(layer, Conv):
             name = targets.get(layer.weight)
             if name is None:

@@ -18,10 +18,13 @@ import numpy as np
 
 from ..frontend.forward import c_ident, c_name
 from ..program.ir import Call, Program, Slot
+from ..project.emit import c_array
+from . import fallback
 from . import loss as loss_rules
 from .layers import (
     INPUT_EXPONENT_INDEX,
     Conv,
+    Elementwise,
     Flatten,
     LayerProgram,
     MaxPool,
@@ -71,6 +74,16 @@ class _Builder:
             return None
         return self.kernel("niti_conv2d.c.j2", "im2col", layer_index, variant="im2col",
                            **_conv_params(layer))
+
+    def tables(self, layer_index: int, layer: Elementwise) -> str:
+        """The tables of a float-fallback op, emitted once before their first user."""
+        name = f"ub_s8_{layer.op.split('.')[-1]}_tables_l{layer_index}"
+        if name not in self.kernels:
+            self.kernels[name] = ENV.get_template("niti_layers.c.j2").render(
+                variant="tables", name=name, op=layer.op, where=layer.where,
+                rows=len(layer.f_exp), e_lo=fallback.E_LO, e_hi=fallback.E_HI,
+                f=c_array(layer.f), f_exp=c_array(layer.f_exp), d=c_array(layer.d))
+        return name
 
     def slot(self, shape, dtype="int8", kind="activation", what="t") -> Slot:
         self.temp += 1
@@ -131,9 +144,10 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
         calls.append(Call(bld.kernel("niti_io.c.j2", "quantize" + suffix, 0, variant="quantize",
                                      n=n_in, exp_index=INPUT_EXPONENT_INDEX),
                           [x, state_vec, h], [1, 2]))
-        exp_index = INPUT_EXPONENT_INDEX
+        exp_index, in_exps = INPUT_EXPONENT_INDEX, []
         for i, layer in enumerate(program.layers):
             saved.append(h)
+            in_exps.append(exp_index)
             if isinstance(layer, Conv):
                 y = bld.slot(layer.out_shape[:2] if layer.linear else layer.out_shape, what="y")
                 name = bld.kernel(_conv_template(layer), _op(layer) + suffix, i, variant="forward",
@@ -149,6 +163,14 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
                 name = bld.kernel("niti_layers.c.j2", "relu", i, variant="relu",
                                   n=elements(layer.shape), where=layer.where)
                 calls.append(Call(name, [h], [0]))
+            elif isinstance(layer, Elementwise):
+                y = bld.slot(layer.shape, what="y")
+                name = bld.kernel("niti_layers.c.j2", "table", i, variant="table",
+                                  n=elements(layer.shape), in_exp=exp_index, where=layer.where,
+                                  site=site_offset(layer.fwd_site), tables=bld.tables(i, layer))
+                calls.append(Call(name, [h, state_vec, y], [1, 2]))
+                exp_index = site_offset(layer.fwd_site) + EXPONENT
+                h = y
             elif isinstance(layer, MaxPool):
                 b, c, hh, ww = layer.in_shape
                 y = bld.slot(layer.out_shape, what="pool")
@@ -159,17 +181,17 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
                 h = y
             elif isinstance(layer, Flatten):
                 h = Slot(h.name + "_flat", layer.out_shape, "int8", h.kind, view_of=h)
-        return calls, saved, h, exp_index
+        return calls, saved, h, exp_index, in_exps
 
     # ---- predict: exact shifts, float logits out ---------------------------------------------
-    calls, _, logits, exp_index = forward(EXACT, "_predict")
+    calls, _, logits, exp_index, _ = forward(EXACT, "_predict")
     calls.append(Call(bld.kernel("niti_io.c.j2", "dequantize", 0, variant="dequantize",
                                  n=elements(program.output_shape), exp_index=exp_index),
                       [logits, state_vec, output], [2]))
     predict = Program("predict", calls)
 
     # ---- train_step ----------------------------------------------------------------------------
-    calls, saved, logits, exp_index = forward(train_mode, "")
+    calls, saved, logits, exp_index, in_exps = forward(train_mode, "")
     classes = program.classes
     err = bld.slot(program.output_shape, what="err")
     calls.append(Call(bld.kernel("niti_io.c.j2", "softmax_xent_grad", 0, variant="loss",
@@ -208,6 +230,15 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
             name = bld.kernel("niti_layers.c.j2", "relu_backward", i, variant="relu_backward",
                               n=elements(layer.shape), where=layer.where)
             calls.append(Call(name, [y, err], [1]))
+        elif isinstance(layer, Elementwise):
+            err_in = bld.slot(layer.shape, what="err")
+            name = bld.kernel("niti_layers.c.j2", "table_backward", i, variant="table_backward",
+                              n=elements(layer.shape), in_exp=in_exps[i], where=layer.where,
+                              site=site_offset(layer.error_site), mode=train_mode,
+                              max_interval=config.max_interval, tables=bld.tables(i, layer))
+            calls.append(Call(name, [x_in, err, state_vec, err_in], [2, 3],
+                              scratch=bld.scratch(4 * elements(layer.shape))))
+            err = err_in
         elif isinstance(layer, MaxPool):
             b, c, hh, ww = layer.in_shape
             err_in = bld.slot(layer.in_shape, what="err")

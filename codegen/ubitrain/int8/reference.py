@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .fallback import table_index
 from .int_conv import conv2d, conv2d_input_grad, conv2d_weight_grad
 from .layers import (
     INPUT_EXPONENT_INDEX,
     STEP_INDEX,
     Conv,
+    Elementwise,
     Flatten,
     LayerProgram,
     MaxPool,
@@ -76,9 +78,10 @@ class NitiReference:
         h, e = quantize(x)
         h = as_i64(h)
         self.state[INPUT_EXPONENT_INDEX] = e
-        saved = []
+        saved, self._in_exp = [], []
         for layer in self.program.layers:
             saved.append(h)
+            self._in_exp.append(e)
             if isinstance(layer, Conv):
                 w = self.weights[layer.weight].reshape(layer.out_shape[1], layer.in_shape[1],
                                                       *layer.kernel)
@@ -91,6 +94,11 @@ class NitiReference:
                     h = h.reshape(layer.out_shape[:2])
             elif isinstance(layer, ReLU):
                 h = np.maximum(h, 0)
+            elif isinstance(layer, Elementwise):
+                col, row = table_index(h, e)
+                h = as_i64(layer.f[row][col])
+                e = int(layer.f_exp[row])
+                self.site(layer.fwd_site)[EXPONENT] = e
             elif isinstance(layer, MaxPool):
                 h = max_pool(h, layer.kernel)
             elif isinstance(layer, Flatten):
@@ -115,6 +123,11 @@ class NitiReference:
             elif isinstance(layer, ReLU):
                 err = np.where(saved[i + 1] > 0, err, 0) if i + 1 < len(saved) else \
                     np.where(np.maximum(x_in, 0) > 0, err, 0)
+            elif isinstance(layer, Elementwise):
+                col, row = table_index(x_in, self._in_exp[i])
+                acc = as_i64(err) * as_i64(layer.d[row][col])
+                s = self._shift(acc, layer.error_site, 7, mode)
+                err = clip8(round_shift(acc, s))
             elif isinstance(layer, MaxPool):
                 err = max_pool_backward(x_in, err, layer.kernel)
             elif isinstance(layer, Flatten):

@@ -21,17 +21,26 @@ class NITI:
     """precision="int8" training: the mu schedule and self-adaptive rescaling.
 
     adaptive_rescale: reuse each tensor's previous shift instead of reducing for its maximum
-    every step (rescale.py); max_interval bounds the steps between two reductions."""
+    every step (rescale.py); max_interval bounds the steps between two reductions.
+    float_fallback: ATen ops (e.g. "aten.gelu") allowed to run as compile-time tables of
+    their float function (fallback.py); elementwise ops only."""
 
     mu: tuple[int, ...] = (5, 4, 3)
     milestones: tuple[int, ...] = (200, 400)
     adaptive_rescale: bool = False
     max_interval: int = 64
+    float_fallback: tuple[str, ...] = ()
 
     def __post_init__(self):
         mu, milestones = tuple(self.mu), tuple(self.milestones)
         object.__setattr__(self, "mu", mu)
         object.__setattr__(self, "milestones", milestones)
+        object.__setattr__(self, "float_fallback", tuple(self.float_fallback))
+        from .fallback import FUNCTIONS
+        unknown = [op for op in self.float_fallback if op not in FUNCTIONS]
+        if unknown:
+            raise CompileError(f"NITI(float_fallback={unknown}): a float fallback exists for "
+                               f"the elementwise ops {', '.join(FUNCTIONS)} only")
         if not mu or any(not 1 <= m <= 7 for m in mu):
             raise CompileError(f"NITI(mu={mu}): each mu must be in [1, 7] (the largest update "
                                "of a step is 2^mu - 1 LSBs)")
