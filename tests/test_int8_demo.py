@@ -4,6 +4,7 @@ generated C reaches the accuracy of the same network trained in fp32, within 3 p
 import subprocess
 import sys
 
+from ubitrain.cli import build_parser
 from ubitrain.demo_int8 import run_int8_demo
 
 
@@ -18,7 +19,23 @@ def test_int8_demo_within_three_points_of_fp32(tmp_path):
     assert any(line.startswith("test accuracy: fp32") for line in lines)
 
 
-def test_demo_command_takes_precision():
-    out = subprocess.run([sys.executable, "-m", "ubitrain.cli", "demo", "--help"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and "--precision {fp32,int8}" in out.stdout
+FACTORY = """
+import torch
+from ubitrain.zoo import DigitsCNNNiti
+def factory(batch=8):
+    torch.manual_seed(0)
+    return DigitsCNNNiti(), (torch.randn(batch, 1, 8, 8),), torch.randint(0, 10, (batch,))
+"""
+
+
+def test_commands_take_precision(tmp_path):
+    demo = build_parser().parse_args(["demo", "--precision", "int8"])
+    assert demo.precision == "int8"
+    (tmp_path / "net.py").write_text(FACTORY)
+    out = subprocess.run([sys.executable, "-m", "ubitrain.cli", "compile",
+                          f"{tmp_path / 'net.py'}:factory", "--precision", "int8",
+                          "--adaptive-rescale", "--out-dir", str(tmp_path / "p"),
+                          "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "memory plan: arena" in out.stdout
+    assert "ub_s8_conv2d_l0_ukernel__scalar" in (tmp_path / "p" / "model.c").read_text()

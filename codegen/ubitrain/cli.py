@@ -118,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out-dir", default=None,
                    help="where to write the project (default build/<file name>)")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.add_argument("--precision", choices=("fp32", "int8"), default="fp32",
+                   help="int8: NITI integer-only training (--optimizer and --lr do not apply)")
+    c.add_argument("--adaptive-rescale", action="store_true",
+                   help="int8: reuse each tensor's shift, reducing only when due or saturated")
     c.add_argument("--verbose", action="store_true",
                    help="on an error, print its full details (e.g. the C compiler's log)")
 
@@ -342,9 +346,11 @@ def cmd_compile(args) -> int:
                                                     args.input_shape, args.loss)
         stem = Path(args.model.rpartition(":")[0]).stem
     out_dir = Path(args.out_dir or Path("build") / stem)
+    if args.precision == "int8":
+        optimizer = ub.NITI(adaptive_rescale=args.adaptive_rescale)
     pkg = ub.compile(module, inputs, labels, loss=args.loss, optimizer=optimizer,
                      target=args.target, memory_budget=args.memory_budget, out_dir=out_dir,
-                     progress=_progress(args))
+                     progress=_progress(args), precision=args.precision)
     batch = int(inputs[0].shape[0]) if len(inputs[0].shape) else 1
     name = Path(args.model).name if args.model.endswith(".onnx") else type(module).__name__
     print(f"compiled {name} for target {args.target} in "
