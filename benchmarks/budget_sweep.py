@@ -66,7 +66,7 @@ def chen_plans(problem: BudgetProblem, train):
     """(k, peak bytes, extra seconds) of every checkpoint spacing k on forward activations."""
     cands = problem.cands
     forward = sorted((i for i, c in enumerate(cands) if c.root.kind == "activation"
-                      and c.replay is not None), key=lambda i: cands[i].u)
+                      and c.replays), key=lambda i: cands[i].u)
     n = len(forward)
     plans = []
     for k in range(1, n + 1):
@@ -82,7 +82,7 @@ def chen_plans(problem: BudgetProblem, train):
             for i in seg:
                 c = cands[i]
                 live[c.u + 1:back] -= problem.bytes[i]
-                calls.update(c.replay)
+                calls.update(c.replays[0].calls)
             cost += sum(problem.work(train.calls[w]) for w in calls) * \
                 problem.profile.seconds_per_iteration
         plans.append((k, float(live.max()), cost, len(dropped)))

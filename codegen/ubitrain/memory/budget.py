@@ -186,10 +186,11 @@ def _finish(new_plan, report, solution, program, start) -> MemoryPlan:
     report.gap, report.optimal = solution.gap, solution.optimal
     report.solve_seconds = time.perf_counter() - start
     for cand, how in solution.choices.items():
-        report.counts[how] = report.counts.get(how, 0) + 1
+        kind = "recompute" if how.startswith("recompute") else how
+        report.counts[kind] = report.counts.get(kind, 0) + 1
         if how == "page":
             report.paged_bytes += cand.nbytes
-        elif how == "recompute":
+        elif how.startswith("recompute"):
             report.recomputed_bytes += cand.nbytes
     report.replayed_calls = sum("replay_of" in c.attrs for c in program.calls)
     new_plan.budget = report

@@ -18,7 +18,10 @@ arena, and come back just before `v` in one of two ways:
   alive at `v`. Builtins are never replayed: a Dropout mask is drawn once per step, so a
   candidate whose value depends on a mask that must be redrawn cannot be recomputed (the
   mask itself may still be paged). When a replay reads another candidate as it is, that
-  candidate must be kept over `v`: the solver gets this as a constraint (`deps`).
+  candidate must be kept over `v`: the solver gets this as a constraint (`deps`). Each
+  candidate gets replays of depth 1..MAX_DEPTH: depth d+1 also rebuilds, as temporaries,
+  the candidates depth d read as they are (so a chain a → b → c can drop b and c and keep
+  only a, as Chen et al.'s segments do), at the price of running b's writers twice.
 
 `rewrite` realises a choice: restored buffers are new root slots (so the arena planner gives
 them their own offsets and lifetimes), every later use is redirected to them (views and
@@ -33,6 +36,15 @@ from .ir import EXTERNAL_KINDS, PERSISTENT_KINDS, TRANSIENT_KINDS, Call, Program
 
 CANDIDATE_KINDS = ("activation", "gradient", "mask")
 PAGE_OUT, PAGE_IN = "ub_page_out", "ub_page_in"
+MAX_DEPTH = 3  # replays rebuild at most this many levels of other candidates
+
+
+@dataclass(eq=False)
+class Replay:
+    calls: list[int]  # call indices to run again, in order
+    deps: list  # candidates read as they are: they must be kept over `v`
+    temp_bytes: int  # temporaries and scratch the replay needs at `v`
+    depth: int
 
 
 @dataclass(eq=False)
@@ -41,10 +53,16 @@ class Candidate:
     u: int  # last call before the gap
     v: int  # first call after it; the buffer is restored just before this call
     nbytes: int
-    replay: list[int] | None = None  # call indices to run again, in order (None: cannot)
-    replay_work: int = 0  # loop iterations of the replay (cost_model.KernelWork)
-    replay_temp_bytes: int = 0  # temporaries and scratch the replay needs at `v`
-    deps: list[Candidate] = field(default_factory=list)  # must be kept over `v` to replay
+    replays: list[Replay] = field(default_factory=list)  # by depth; empty: cannot recompute
+
+    def replay_for(self, how: str) -> Replay:
+        """The replay a choice names: "recompute" is depth 1, "recompute2" depth 2, ..."""
+        depth = int(how[len("recompute"):] or 1)
+        return self.replays[depth - 1]
+
+
+def recompute_choice(depth: int) -> str:
+    return "recompute" if depth == 1 else f"recompute{depth}"
 
 
 class _Uses:
@@ -80,7 +98,15 @@ def find_candidates(program: Program, min_bytes: int = 0) -> list[Candidate]:
             out.append(Candidate(root, u, v, root.nbytes))
     by_root = {c.root: c for c in out}
     for c in out:
-        _find_replay(c, uses, by_root)
+        through: set = set()
+        for depth in range(1, MAX_DEPTH + 1):
+            replay = _find_replay(c, uses, by_root, through, depth)
+            if replay is None:
+                break
+            c.replays.append(replay)
+            if not replay.deps:
+                break
+            through |= {d.root for d in replay.deps}
     return out
 
 
@@ -88,7 +114,10 @@ class _NoReplay(Exception):
     pass
 
 
-def _find_replay(cand: Candidate, uses: _Uses, candidates: dict) -> None:
+def _find_replay(cand: Candidate, uses: _Uses, candidates: dict, through: set,
+                 depth: int) -> Replay | None:
+    """The calls that rebuild `cand` at `v` from values still there (never from the
+    candidates in `through`, which are rebuilt too)."""
     v = cand.v
     cutoff: dict[Slot, tuple[int, ...]] = {}  # root -> the writer calls replayed for it
     deps: list[Candidate] = []
@@ -102,7 +131,8 @@ def _find_replay(cand: Candidate, uses: _Uses, candidates: dict) -> None:
                 raise _NoReplay  # updated (or copied back) before `v`: the old value is gone
             return
         times = uses.access[root]
-        if root is not cand.root and times[-1] >= v and not uses.written_between(root, t, v):
+        if root is not cand.root and root not in through and times[-1] >= v and \
+                not uses.written_between(root, t, v):
             dep = candidates.get(root)
             if dep is not None and dep.u < v <= dep.v:
                 deps.append(dep)
@@ -121,14 +151,14 @@ def _find_replay(cand: Candidate, uses: _Uses, candidates: dict) -> None:
     try:
         require(cand.root, cand.u + 1)
     except _NoReplay:
-        return
-    cand.replay = sorted({w for ws in cutoff.values() for w in ws})
-    cand.deps = list({id(d): d for d in deps}.values())
+        return None
+    calls = sorted({w for ws in cutoff.values() for w in ws})
     temps = {r for r in cutoff if r is not cand.root}
-    for w in cand.replay:
+    for w in calls:
         temps.update(s.root for s in uses.calls[w].writes if s.root is not cand.root)
-    scratch = [uses.calls[w].scratch.nbytes for w in cand.replay if uses.calls[w].scratch]
-    cand.replay_temp_bytes = sum(r.nbytes for r in temps) + max(scratch, default=0)
+    scratch = [uses.calls[w].scratch.nbytes for w in calls if uses.calls[w].scratch]
+    return Replay(calls, list({id(d): d for d in deps}.values()),
+                  sum(r.nbytes for r in temps) + max(scratch, default=0), depth)
 
 
 def _clone(slot: Slot, roots: dict, cache: dict) -> Slot:
@@ -146,17 +176,16 @@ def _clone(slot: Slot, roots: dict, cache: dict) -> Slot:
 
 
 def rewrite(program: Program, choices: dict[Candidate, str]) -> tuple[Program, dict]:
-    """The program with each chosen candidate paged ("page") or recomputed ("recompute").
+    """The program with each chosen candidate paged ("page") or recomputed ("recompute",
+    "recompute2", ...: the replay of that depth).
 
     Returns the new program and {root slot: decision} for the memory plan: the original
     buffer and its restored copy carry the decision, replay temporaries "recompute"."""
     restore_at: dict[int, list[Candidate]] = {}
     out_after: dict[int, list[Candidate]] = {}
     for cand, how in choices.items():
-        if how not in ("page", "recompute"):
+        if how == "keep":
             continue
-        if how == "recompute" and cand.replay is None:
-            raise ValueError(f"{cand.root.name} cannot be recomputed")
         restore_at.setdefault(cand.v, []).append(cand)
         if how == "page":
             out_after.setdefault(cand.u, []).append(cand)
@@ -172,12 +201,13 @@ def rewrite(program: Program, choices: dict[Candidate, str]) -> tuple[Program, d
             how = choices[cand]
             copy = Slot(f"{cand.root.name}_{'in' if how == 'page' else 're'}",
                         cand.root.shape, cand.root.dtype, cand.root.kind)
-            decisions[cand.root] = decisions[copy] = how
+            decisions[cand.root] = decisions[copy] = "page" if how == "page" else "recompute"
             if how == "page":
                 new_calls.append(Call(PAGE_IN, [copy], [0], builtin=True,
                                       attrs={"block": blocks[cand]}))
             else:
-                new_calls.extend(_replay(cand, calls, copy, roots, cache, decisions, i))
+                new_calls.extend(_replay(cand, cand.replay_for(how), calls, copy, roots, cache,
+                                         decisions, i))
             roots[cand.root] = copy
         new_calls.append(_remap(call, roots, cache))
         for cand in out_after.get(i, []):
@@ -195,12 +225,12 @@ def _remap(call: Call, roots: dict, cache: dict) -> Call:
                 call.scratch)
 
 
-def _replay(cand: Candidate, calls: list[Call], copy: Slot, roots: dict, cache: dict,
-            decisions: dict, at: int) -> list[Call]:
+def _replay(cand: Candidate, replay: Replay, calls: list[Call], copy: Slot, roots: dict,
+            cache: dict, decisions: dict, at: int) -> list[Call]:
     local: dict[Slot, Slot] = {}
     local_cache: dict = {}
     replayed = []
-    for w in cand.replay:
+    for w in replay.calls:
         call = calls[w]
         for i in call.outputs:  # fresh buffers for everything this replay writes
             root = call.args[i].root
