@@ -130,8 +130,10 @@ def test_data_dependent_control_flow_is_a_clear_compile_error(tmp_path):
         ub.compile(Branchy(), (X,), Y, out_dir=tmp_path / "m")
 
 
-def test_int8_precision_is_refused_until_it_exists(tmp_path):
-    with pytest.raises(ub.CompileError, match="precision 'int8' is not available"):
+def test_int8_names_the_op_that_has_no_integer_form(tmp_path):
+    """NITI's int8 layers carry no bias: the message names the op and the way out."""
+    with pytest.raises(ub.CompileError, match="aten.linear with a bias has no integer form.*"
+                                              "bias=False"):
         ub.compile(small_model(), (X,), Y, precision="int8", out_dir=tmp_path / "m")
 
 
