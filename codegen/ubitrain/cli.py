@@ -357,6 +357,10 @@ def cmd_compile(args) -> int:
           f"{pkg.compile_seconds:.1f} s: batch {batch}, {len(pkg.trainable)} trainable "
           f"tensor(s), {pkg.kernel_count} C kernels")
     print(f"memory plan: {pkg.memory_plan.summary()}")
+    if getattr(pkg, "placement", None):  # int8 on hexagon-v66: which kernel runs where
+        from .int8.placement import placement_report
+        print("placement (plan; the generated C runs every kernel on the DSP core):")
+        print(placement_report(pkg.placement, pkg.programs["train_step"]))
     print(f"C project written to {out_dir}/ (model.h, model.c, CMakeLists.txt, runtime_c/); "
           f"C API prefix ub_{pkg.model_name}_")
     print(f"build it: cmake -S {out_dir} -B {out_dir}/build && cmake --build {out_dir}/build")

@@ -16,6 +16,7 @@ from ..project.emit import render_project
 from ..targets import check_board_fit, get_target
 from .layers import LayerProgram
 from .lower import lower_module
+from .placement import place
 from .program import build_int8_programs
 from .simd import isa_for
 from .trainer import Int8Trainer
@@ -32,6 +33,7 @@ def _package_type():
         """A compiled int8 model; `build()` returns an Int8Trainer."""
 
         layer_program: LayerProgram | None = field(default=None, repr=False)
+        placement: list | None = field(default=None, repr=False)  # hexagon-v66: DSP / CPU
         config: NITI | None = None
         precision: str = "int8"
 
@@ -96,4 +98,5 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
         trainable=list(program.weights),
         programs={"train_step": progs.train, "predict": progs.predict},
         kernel_count=len(progs.kernels) - 2, compile_seconds=time.perf_counter() - start,
-        layer_program=program, config=config)
+        layer_program=program, config=config,
+        placement=place(progs.train) if tgt.name == "hexagon-v66" else None)

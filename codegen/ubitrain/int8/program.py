@@ -114,6 +114,12 @@ def _patch_bytes(layer: Conv) -> int:
     return b * oh * ow * layer.in_shape[1] * layer.kernel[0] * layer.kernel[1]
 
 
+def _macs(layer: Conv) -> dict:
+    """Multiply-accumulates of each of the layer's three products (placement.py's costs)."""
+    b, o, oh, ow = layer.out_shape
+    return {"macs": b * o * oh * ow * layer.in_shape[1] * layer.kernel[0] * layer.kernel[1]}
+
+
 def _op(layer: Conv) -> str:
     return "linear" if layer.linear else "conv2d"
 
@@ -156,7 +162,7 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
                                   im2col=bld.im2col(i, layer), **_conv_params(layer))
                 acc = bld.scratch(4 * elements(layer.out_shape) + _patch_bytes(layer))
                 calls.append(Call(name, [h, weights[layer.weight], exps[layer.weight], state_vec,
-                                         y], [3, 4], scratch=acc))
+                                         y], [3, 4], scratch=acc, attrs=_macs(layer)))
                 exp_index = site_offset(layer.fwd_site) + EXPONENT
                 h = y
             elif isinstance(layer, ReLU):
@@ -215,14 +221,16 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
                                   mode=train_mode, max_interval=config.max_interval, **params)
                 col = 0 if layer.linear else 4 * params["K"]
                 calls.append(Call(name, [err, w, state_vec, err_in], [2, 3],
-                                  scratch=bld.scratch(4 * elements(layer.in_shape) + col)))
+                                  scratch=bld.scratch(4 * elements(layer.in_shape) + col),
+                                  attrs=_macs(layer)))
             n_w = elements(layer.weight_shape)
             name = bld.kernel(_conv_template(layer), _op(layer) + "_filter_grad_update", i,
                               variant="filter_update", site=site_offset(layer.grad_site),
                               mode=train_mode, max_interval=config.max_interval,
                               schedule=schedule, im2col=bld.im2col(i, layer), **params)
             calls.append(Call(name, [x_in, err, state_vec, w], [2, 3],
-                              scratch=bld.scratch(5 * n_w + _patch_bytes(layer))))
+                              scratch=bld.scratch(5 * n_w + _patch_bytes(layer)),
+                              attrs=_macs(layer)))
             err = err_in
         elif isinstance(layer, ReLU):
             # the ReLU ran in place: its output is the buffer saved for the next layer

@@ -1,0 +1,135 @@
+"""Placement of the int8 training step on `hexagon-v66`: each kernel to the DSP (HVX) or the
+CPU, by a support table and a cost model, minimising transfers (Mandheling's CPU-DSP
+co-scheduling, ALGORITHMS.md section 5).
+
+Support table: int8 convolutions and linear layers (forward, input error, weight gradient
+with the update), ReLU and its mask, and max-pooling run on HVX; the float input
+quantization, the loss (softmax, integer division), the float output, the pooling-gradient
+scatter, the float-fallback tables and the step bookkeeping stay on the CPU. A kernel the
+table does not list for the DSP is never placed there.
+
+Cost model (cycles, estimates): CPU (AArch64 NEON, 16 int8 lanes) macs / 8 + 2 per element
+touched; DSP (HVX, 128 int8 lanes) macs / 64 + 0.25 per element. Every tensor that crosses
+between the two costs TRANSFER_CYCLES_PER_BYTE (cache maintenance of shared buffers), and
+every switch between consecutive kernels on different sides one offload round trip
+(SWITCH_CYCLES). The placement is the MILP over binary x_k (1 = DSP) with crossing variables
+t_e >= |x_producer - x_consumer| per tensor and s_k >= |x_k - x_(k-1)| per switch, solved by
+scipy.optimize.milp (HiGHS). This is the plan only: the generated C runs every kernel on the
+target's own core (the offload runtime is future work).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..program.ir import Program
+
+DSP_OPS = ("conv2d", "conv2d_input_grad", "conv2d_filter_grad_update", "linear",
+           "linear_input_grad", "linear_filter_grad_update", "relu", "relu_backward",
+           "max_pool")
+TRANSFER_CYCLES_PER_BYTE = 0.5
+SWITCH_CYCLES = 20_000.0
+
+
+@dataclass
+class Placed:
+    kernel: str
+    op: str
+    where: str  # "dsp" or "cpu"
+    dsp_allowed: bool
+    cpu_cycles: float
+    dsp_cycles: float
+
+
+def kernel_op(kernel: str) -> str:
+    m = re.match(r"ub_s8_(.+)_l\d+_ukernel__\w+$", kernel)
+    return m.group(1) if m else kernel
+
+
+def _costs(call) -> tuple[float, float]:
+    """(CPU cycles, DSP cycles): multiply-accumulates (program.py tags them) and elements."""
+    elements = sum(int(np.prod(a.shape)) for a in call.args if a.dtype == "int8")
+    macs = float(call.attrs.get("macs", 0))
+    return macs / 8 + 2 * elements, macs / 64 + 0.25 * elements
+
+
+def _edges(calls) -> list[tuple[int, int, int]]:
+    """(producer call, consumer call, bytes) of every tensor passed between two calls."""
+    edges, last_writer = [], {}
+    for k, call in enumerate(calls):
+        for s in call.reads:
+            r = s.root
+            if id(r) in last_writer and r.kind not in ("input", "label", "output"):
+                edges.append((last_writer[id(r)], k, r.nbytes))
+        for s in call.writes:
+            last_writer[id(s.root)] = k
+    return edges
+
+
+def step_cycles(program: Program, on_dsp) -> float:
+    """The objective of the MILP for a given placement (one flag per call)."""
+    total = 0.0
+    for call, dsp in zip(program.calls, on_dsp):
+        cpu_cycles, dsp_cycles = _costs(call)
+        total += dsp_cycles if dsp else cpu_cycles
+    total += sum(b * TRANSFER_CYCLES_PER_BYTE for a, c, b in _edges(program.calls)
+                 if on_dsp[a] != on_dsp[c])
+    total += SWITCH_CYCLES * sum(on_dsp[k] != on_dsp[k - 1] for k in range(1, len(on_dsp)))
+    return total
+
+
+def place(program: Program) -> list[Placed]:
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    calls = program.calls
+    n = len(calls)
+    placed = []
+    for call in calls:
+        cpu, dsp = _costs(call)
+        op = kernel_op(call.kernel)
+        placed.append(Placed(call.kernel, op, "cpu", op in DSP_OPS, cpu, dsp))
+    edges = _edges(calls)
+    m, v = len(edges), n + len(edges) + max(n - 1, 0)
+    c = np.zeros(v)
+    c[:n] = [p.dsp_cycles - p.cpu_cycles for p in placed]
+    c[n:n + m] = [b * TRANSFER_CYCLES_PER_BYTE for _, _, b in edges]
+    c[n + m:] = SWITCH_CYCLES
+    rows, lower = [], []
+
+    def absdiff(slack: int, a: int, b: int):  # slack >= x_a - x_b and slack >= x_b - x_a
+        for sign in (1, -1):
+            row = np.zeros(v)
+            row[slack], row[a], row[b] = 1, -sign, sign
+            rows.append(row)
+            lower.append(0)
+
+    for e, (a, b, _) in enumerate(edges):
+        absdiff(n + e, a, b)
+    for k in range(1, n):
+        absdiff(n + m + k - 1, k, k - 1)
+    upper = np.ones(v)
+    upper[:n] = [1 if p.dsp_allowed else 0 for p in placed]
+    result = milp(c, constraints=LinearConstraint(np.array(rows), lower, np.inf),
+                  integrality=np.ones(v), bounds=Bounds(np.zeros(v), upper))
+    x = np.round(result.x[:n]) if result.success else np.zeros(n)
+    for p, on_dsp in zip(placed, x):
+        p.where = "dsp" if on_dsp and p.dsp_allowed else "cpu"
+    return placed
+
+
+def placement_report(placed: list[Placed], program: Program | None = None) -> str:
+    lines = [f"{'kernel':<52} {'on':<4} {'cpu cycles':>11} {'dsp cycles':>11}"]
+    for p in placed:
+        lines.append(f"{p.kernel:<52} {p.where:<4} {p.cpu_cycles:>11,.0f} "
+                     f"{p.dsp_cycles if p.dsp_allowed else float('nan'):>11,.0f}")
+    on_dsp = sum(p.where == "dsp" for p in placed)
+    lines.append(f"{on_dsp} of {len(placed)} kernels on the DSP (HVX), the rest on the CPU")
+    if program is not None:
+        split = step_cycles(program, [p.where == "dsp" for p in placed])
+        cpu = step_cycles(program, [False] * len(placed))
+        lines.append(f"estimated step: {split:,.0f} cycles split, {cpu:,.0f} on the CPU alone "
+                     f"({cpu / split:.2f}x; cost model estimates, not measurements)")
+    return "\n".join(lines)
