@@ -21,6 +21,11 @@ pipe. So the log has exactly one line per retired instruction (Hexagon: per pack
   line counts (it includes reading one batch from the driver's input).
 Scalar builds are the same compile with micro-kernels switched off.
 
+Cross-check on Cortex-M (the method TOOLCHAINS.md gives): the same kernel program runs again
+under `qemu-system-arm -icount shift=0`, where virtual time advances one nanosecond per
+instruction, and reads SysTick (on the 25 MHz processor clock of the MPS2 boards) around every
+call: ticks x 40 ns must equal the log's count to within a tick or two.
+
 The ratio reported is scalar instructions / micro-kernel instructions.
 """
 
@@ -83,11 +88,17 @@ def run_traced(target, binary: str, counter: list[str], stdin: bytes = b"") -> s
     return out
 
 
+MPS2_NS_PER_TICK = 1e9 / 25e6  # SysTick on the processor clock of mps2-an386/an500
+
+
 def kernel_counts(target, batch: int, work: Path) -> list[dict]:
     isa = target.isa
-    cases, support, labels = [], {}, []
+    cases, support, labels, seen = [], {}, [], set()
     for layer, make in LAYERS:
         for func in make(batch):
+            if str(func.attrs["ub_op"]) in seen:  # the forward conv of main and main_adjoint
+                continue
+            seen.add(str(func.attrs["ub_op"]))
             scalar = KernelLibrary("scalar").add(func, "k")
             lib = KernelLibrary(isa)
             micro = lib.add(func, "k")
@@ -102,11 +113,19 @@ def kernel_counts(target, batch: int, work: Path) -> list[dict]:
     marks = run_traced(target, str(binary), ["grep", "-n", "-E", " ub_mark$"])
     lines = [int(line.split(":")[0]) for line in marks.splitlines()]
     spans = [b - a - 1 for a, b in zip(lines[0::2], lines[1::2])]
+    ticks = None
+    if target.board is not None:  # Cortex-M: SysTick under -icount shift=0, the cross-check
+        timed = harness.run(binary, target, cases, emulator_options=("-icount", "shift=0"))
+        ticks = [[t for _, _, t in per_case] for per_case in timed]
     rows = []
-    for (layer, kernel, shapes), case, (s, m) in zip(labels, cases,
-                                                        zip(spans[0::2], spans[1::2])):
-        rows.append(dict(layer=layer, kernel=kernel, shapes=shapes, micro=case.variants[1].name,
-                         scalar_instructions=s, micro_instructions=m, ratio=round(s / m, 2)))
+    for n, ((layer, kernel, shapes), case, (s, m)) in enumerate(
+            zip(labels, cases, zip(spans[0::2], spans[1::2]))):
+        row = dict(layer=layer, kernel=kernel, shapes=shapes, micro=case.variants[1].name,
+                   scalar_instructions=s, micro_instructions=m, ratio=round(s / m, 2))
+        if ticks is not None:
+            row["systick_scalar_instructions"] = round(ticks[n][0] * MPS2_NS_PER_TICK)
+            row["systick_micro_instructions"] = round(ticks[n][1] * MPS2_NS_PER_TICK)
+        rows.append(row)
     return rows
 
 
@@ -162,8 +181,12 @@ def main(argv=None) -> int:
             print(f"\n{name}: instructions per kernel call, scalar vs {target.isa}")
             print(f"{'layer':<14} {'kernel':<22} {'scalar':>12} {target.isa:>12} {'ratio':>7}")
             for r in rows:
+                timer = ""
+                if "systick_scalar_instructions" in r:
+                    timer = (f"   (SysTick x 40 ns: {r['systick_scalar_instructions']:,} / "
+                             f"{r['systick_micro_instructions']:,})")
                 print(f"{r['layer']:<14} {r['kernel']:<22} {r['scalar_instructions']:>12,} "
-                      f"{r['micro_instructions']:>12,} {r['ratio']:>6.2f}x")
+                      f"{r['micro_instructions']:>12,} {r['ratio']:>6.2f}x{timer}")
             steps = []
             for model in args.models:
                 s = step_count(model, target, args.batch, Path(tmp), scalar=True)

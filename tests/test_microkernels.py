@@ -122,7 +122,7 @@ def isa_run(request, tmp_path_factory):
 @pytest.mark.parametrize("index", range(len(FUNCS)), ids=[label for label, _ in FUNCS])
 def test_microkernel_matches_scalar_and_pytorch(isa_run, index):
     isa, cases, results, refs = isa_run
-    case, ((s_status, scalar), (m_status, micro)), (want, magnitude, terms) = \
+    case, ((s_status, scalar, _), (m_status, micro, _)), (want, magnitude, terms) = \
         cases[index], results[index], refs[index]
     assert case.variants[0].name.endswith("__scalar")
     assert f"_ukernel_{GEMM_CORES[isa].tile}__{isa}" in case.variants[1].name

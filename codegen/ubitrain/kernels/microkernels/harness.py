@@ -2,7 +2,8 @@
 its emulator: the micro-kernel tests and benchmarks/icount.py use it.
 
 Every case runs each of its kernel variants once on the same inputs and writes, per variant,
-the int32 status and the output array to its standard output (stdio on Linux and Cortex-M
+the int32 status, the timer ticks of the call (Cortex-M's SysTick; 0 elsewhere) and the
+output array to its standard output (stdio on Linux and Cortex-M
 semihosting, the write system call on Hexagon). Around every kernel call the program calls
 `ub_mark`, an empty function the instruction counter finds in the emulator's execution log.
 All cases go into one program, so a target costs one build and one emulator start.
@@ -61,6 +62,19 @@ static void ub_emit(const void *p, unsigned long n) { fwrite(p, 1, n, stdout); }
 #endif
 /* The instruction counter looks for this function's address in the execution log. */
 __attribute__((noinline)) void ub_mark(void) { __asm__ volatile("" ::: "memory"); }
+#if defined(UB_DRIVER_IO_SEMIHOSTING)
+/* Cortex-M: SysTick counts down from 2^24 - 1 on the processor clock. Under
+ * qemu-system-arm -icount shift=0 (one instruction per nanosecond of virtual time) the ticks
+ * around a call count its instructions too, in units of the clock period. */
+#define UB_SYST_CSR (*(volatile uint32_t *)0xE000E010u)
+#define UB_SYST_RVR (*(volatile uint32_t *)0xE000E014u)
+#define UB_SYST_CVR (*(volatile uint32_t *)0xE000E018u)
+#define UB_TIMER_START() (UB_SYST_RVR = 0xFFFFFFu, UB_SYST_CVR = 0u, UB_SYST_CSR = 5u)
+#define UB_TIMER_READ() UB_SYST_CVR
+#else
+#define UB_TIMER_START() ((void)0)
+#define UB_TIMER_READ() 0u
+#endif
 """
 
 
@@ -88,12 +102,16 @@ def program_source(cases: list[Case], support: dict[str, str]) -> str:
             args = ", ".join(["ub_scratch"] + [f"ub_c{i}_in{j}" for j in range(len(ins))]
                              + [f"ub_c{i}_out"])
             body += [f"    memset(ub_c{i}_out, 0xff, sizeof ub_c{i}_out);",
+                     "    t0 = UB_TIMER_READ();",
                      f"    ub_mark(); status = {fn}({args}); ub_mark();",
+                     "    t1 = UB_TIMER_READ();",
+                     "    ticks = (t0 - t1) & 0xFFFFFFu;",
                      "    ub_emit(&status, 4);",
+                     "    ub_emit(&ticks, 4);",
                      f"    ub_emit(ub_c{i}_out, sizeof ub_c{i}_out);"]
     parts.append(f"static uint8_t ub_scratch[{scratch}] __attribute__((aligned(16)));")
-    parts.append("int main(void) {\n    int32_t status;\n" + "\n".join(body)
-                 + "\n    return 0;\n}\n")
+    parts.append("int main(void) {\n    int32_t status;\n    uint32_t t0, t1, ticks;\n"
+                 "    UB_TIMER_START();\n" + "\n".join(body) + "\n    return 0;\n}\n")
     return "\n".join(parts)
 
 
@@ -114,9 +132,12 @@ def build(cases: list[Case], support: dict[str, str], target, work: Path) -> Pat
     return build_dir / "ub_harness"
 
 
-def run(binary: Path, target, cases: list[Case], timeout: float = 600) -> list[list]:
-    """Run the program; per case, per variant, (status, output array)."""
+def run(binary: Path, target, cases: list[Case], timeout: float = 600,
+        emulator_options: tuple[str, ...] = ()) -> list[list]:
+    """Run the program; per case, per variant, (status, output array, timer ticks: SysTick
+    ticks of the call on Cortex-M, else 0)."""
     command = [str(binary)] if target.runs_on_host else target.emulator_command(str(binary))
+    command[1:1] = emulator_options
     result = subprocess.run(command, capture_output=True, timeout=timeout)
     if result.returncode != 0:
         raise BuildError(f"the kernel program under {command[0]} exited with status "
@@ -126,10 +147,11 @@ def run(binary: Path, target, cases: list[Case], timeout: float = 600) -> list[l
         per_variant = []
         for k in case.variants:
             _, dtype, n = k.params[-1]
-            status = int(np.frombuffer(data[at:at + 4], np.int32)[0])
-            at += 4
+            status, ticks = (int(v) for v in np.frombuffer(data[at:at + 8], np.int32))
+            at += 8
             nbytes = n * np.dtype(dtype).itemsize
-            per_variant.append((status, np.frombuffer(data[at:at + nbytes], dtype).copy()))
+            per_variant.append((status, np.frombuffer(data[at:at + nbytes], dtype).copy(),
+                                ticks))
             at += nbytes
         results.append(per_variant)
     if at != len(data):
