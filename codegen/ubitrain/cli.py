@@ -359,7 +359,8 @@ def cmd_compile(args) -> int:
     print(f"memory plan: {pkg.memory_plan.summary()}")
     if getattr(pkg, "placement", None):  # int8 on hexagon-v66: which kernel runs where
         from .int8.placement import placement_report
-        print("placement (plan; the generated C runs every kernel on the DSP core):")
+        print("placement of the int8 step (followed with ub.NITI(dsp_offload=True); "
+              "otherwise every kernel runs on the Hexagon core):")
         print(placement_report(pkg.placement, pkg.programs["train_step"]))
     print(f"C project written to {out_dir}/ (model.h, model.c, CMakeLists.txt, runtime_c/); "
           f"C API prefix ub_{pkg.model_name}_")

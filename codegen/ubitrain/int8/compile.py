@@ -34,10 +34,14 @@ def _package_type():
 
         layer_program: LayerProgram | None = field(default=None, repr=False)
         placement: list | None = field(default=None, repr=False)  # hexagon-v66: DSP / CPU
+        segments: list | None = field(default=None, repr=False)  # dsp_offload: DSP methods
         config: NITI | None = None
         precision: str = "int8"
 
         def build(self, seed: int = 0, **kwargs) -> Int8Trainer:
+            if self.segments is not None:
+                from .offload_trainer import start_split_trainer
+                return Int8Trainer(start_split_trainer(self, seed), self)
             return Int8Trainer(super().build(seed=seed, **kwargs), self)
 
     return Int8Package
@@ -83,20 +87,34 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
     if program.classes > MAX_CLASSES:
         raise CompileError(f"precision='int8': {program.classes} classes; the integer softmax "
                            f"gradient supports at most {MAX_CLASSES}")
-    progs = build_int8_programs(program, config, isa_for(tgt))
+    if config.dsp_offload and tgt.name != "hexagon-v66":
+        raise CompileError(f"NITI(dsp_offload=True) splits the step for target='hexagon-v66', "
+                           f"not {target!r}")
+    cpu_isa = "scalar" if config.dsp_offload else isa_for(tgt)  # the CPU part runs on the host
+    progs = build_int8_programs(program, config, cpu_isa)
     plan = plan_memory([progs.train, progs.predict], alignment=tgt.alignment)
     if memory_budget is not None:
         from ..memory.budget import check_budget
         check_budget(plan, memory_budget)
     check_board_fit(tgt, plan, progs.inputs, progs.labels, progs.output)
-    render_project(out_dir, model_name, progs.train, progs.predict, plan, progs.kernels,
+    placement = place(progs.train) if tgt.name == "hexagon-v66" else None
+    train, kernels, segments = progs.train, progs.kernels, None
+    if config.dsp_offload:
+        from . import offload
+        segments = offload.segments_of(progs.train, placement)
+        train = offload.split_program(progs.train, segments)
+        kernels = kernels + [offload.cpu_source(model_name, segments, plan)]
+        dsp = build_int8_programs(program, config, isa_for(tgt))
+        offload.render_dsp(out_dir, model_name, progs.train, dsp.train, dsp.kernels, segments,
+                           plan)
+    render_project(out_dir, model_name, train, progs.predict, plan, kernels,
                    progs.state, progs.opt_state, list(program.weights), progs.inputs,
                    progs.labels, progs.output, program.classes)
     return _package_type()(
         out_dir=out_dir, model_name=model_name, target=target, memory_plan=plan,
         inputs=progs.inputs, labels=progs.labels, output=progs.output, classes=program.classes,
         trainable=list(program.weights),
-        programs={"train_step": progs.train, "predict": progs.predict},
+        programs={"train_step": progs.train, "predict": progs.predict, "cpu_part": train},
         kernel_count=len(progs.kernels) - 2, compile_seconds=time.perf_counter() - start,
         layer_program=program, config=config,
-        placement=place(progs.train) if tgt.name == "hexagon-v66" else None)
+        placement=placement, segments=segments)

@@ -14,8 +14,8 @@ between the two costs TRANSFER_CYCLES_PER_BYTE (cache maintenance of shared buff
 every switch between consecutive kernels on different sides one offload round trip
 (SWITCH_CYCLES). The placement is the MILP over binary x_k (1 = DSP) with crossing variables
 t_e >= |x_producer - x_consumer| per tensor and s_k >= |x_k - x_(k-1)| per switch, solved by
-scipy.optimize.milp (HiGHS). This is the plan only: the generated C runs every kernel on the
-target's own core (the offload runtime is future work).
+scipy.optimize.milp (HiGHS). With `ub.NITI(dsp_offload=True)` the generated C follows the
+plan (offload.py); otherwise the whole step runs on the target's own core.
 """
 
 from __future__ import annotations

@@ -70,5 +70,8 @@ class Int8Trainer:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def close(self):
         getattr(self.inner, "close", lambda: None)()
+
+    def __exit__(self, *exc):
+        self.close()

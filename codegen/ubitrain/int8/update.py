@@ -23,13 +23,16 @@ class NITI:
     adaptive_rescale: reuse each tensor's previous shift instead of reducing for its maximum
     every step (rescale.py); max_interval bounds the steps between two reductions.
     float_fallback: ATen ops (e.g. "aten.gelu") allowed to run as compile-time tables of
-    their float function (fallback.py); elementwise ops only."""
+    their float function (fallback.py); elementwise ops only.
+    dsp_offload: with target="hexagon-v66", split the step into a CPU part (built for the
+    host) and a DSP part (Hexagon) by the placement (placement.py, offload.py)."""
 
     mu: tuple[int, ...] = (5, 4, 3)
     milestones: tuple[int, ...] = (200, 400)
     adaptive_rescale: bool = False
     max_interval: int = 64
     float_fallback: tuple[str, ...] = ()
+    dsp_offload: bool = False
 
     def __post_init__(self):
         mu, milestones = tuple(self.mu), tuple(self.milestones)
