@@ -55,13 +55,16 @@ from ubitrain.runtime.target_build import build_driver
 from ubitrain.targets import TARGETS, get_target
 from ubitrain.zoo import ZOO
 
-# The conv and linear layers of lenet5 and digits_cnn: (label, funcs at a batch size).
+# The conv and linear layers of lenet5 and digits_cnn, and a depthwise layer of
+# mobilenetv2_small: (label, funcs at a batch size).
 LAYERS = [
     ("lenet5 conv1", lambda b: conv2d_funcs((b, 1, 32, 32), (6, 1, 5, 5))),
     ("lenet5 conv2", lambda b: conv2d_funcs((b, 6, 14, 14), (16, 6, 5, 5))),
     ("lenet5 fc1", lambda b: matmul_funcs(b, 400, 120)),
     ("digits conv1", lambda b: conv2d_funcs((b, 1, 8, 8), (8, 1, 3, 3), padding=(1, 1))),
     ("digits conv2", lambda b: conv2d_funcs((b, 8, 4, 4), (16, 8, 3, 3), padding=(1, 1))),
+    ("mbv2 dw3x3", lambda b: conv2d_funcs((b, 32, 8, 8), (32, 1, 3, 3), padding=(1, 1),
+                                          groups=32)),  # mobilenetv2_small's block 3
 ]
 
 

@@ -1,5 +1,6 @@
 """Micro-kernels (kernels/microkernels/): every intrinsic variant against the scalar variant,
-and both against PyTorch in float64, forward and backward, under the target's emulator.
+and both against PyTorch in float64, forward and backward (conv, depthwise conv, matmul),
+under the target's emulator.
 
 The kernels are made the way a training graph makes them (a Relax conv2d or matmul and its
 Relax Gradient, legalized with the tagging rules), printed once as the scalar kernel and
@@ -37,6 +38,12 @@ CONV_CASES = [
     ((1, 1, 30, 30), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1)),  # several packed row blocks
 ]
 MATMUL_CASES = [(6, 13, 19), (1, 7, 3), (9, 33, 8), (4, 400, 120)]
+# depthwise (groups = channels): (x shape, w shape, padding, dilation), stride 1
+DEPTHWISE_CASES = [
+    ((2, 5, 9, 7), (5, 1, 3, 3), (1, 1), (1, 1)),
+    ((3, 4, 8, 8), (4, 1, 5, 5), (2, 2), (1, 1)),
+    ((2, 6, 6, 10), (6, 1, 3, 3), (0, 0), (1, 1)),
+]
 MICRO_TARGETS = sorted(name for name, t in TARGETS.items() if t.isa in GEMM_CORES)
 
 
@@ -50,6 +57,13 @@ def _funcs():
                 seen.add(key)
                 info = op_info(f)
                 out.append((f"{info['op']}{info['shapes']} s{s} p{p} d{d}", f))
+    for xs, ws, p, d in DEPTHWISE_CASES:
+        for f in conv2d_funcs(xs, ws, padding=p, dilation=d, groups=xs[1]):
+            key = f.attrs["ub_op"]
+            if key not in seen:
+                seen.add(key)
+                info = op_info(f)
+                out.append((f"depthwise {info['op']}{info['shapes']} p{p} d{d}", f))
     for m, k, n in MATMUL_CASES:
         for f in matmul_funcs(m, k, n):
             key = f.attrs["ub_op"]
@@ -69,28 +83,35 @@ def reference(func, inputs):
     x, y = (torch.from_numpy(v.astype(np.float64)) for v in inputs)
     at = info["attrs"]
 
+    groups = at.get("groups", 1)
+
     def apply(u, v):
         if info["op"] == "relax.matmul":
             return u @ v
         pad = at["padding"][:2]
         if info["op"] == "relax.nn.conv2d_transpose":
             return F.conv_transpose2d(u, v, stride=at["strides"], padding=pad,
-                                      output_padding=at["output_padding"],
+                                      output_padding=at["output_padding"], groups=groups,
                                       dilation=at["dilation"])
         if at["data_layout"] == "NCHW":
-            return F.conv2d(u, v, stride=at["strides"], padding=pad, dilation=at["dilation"])
-        # the weight gradient: Relax's stride is the forward dilation and vice versa
+            return F.conv2d(u, v, stride=at["strides"], padding=pad, dilation=at["dilation"],
+                            groups=groups)
+        # the weight gradient: Relax's stride is the forward dilation and vice versa; a
+        # grouped one gets x channel-major, [C*N, 1, H, W]
+        if groups > 1:
+            n, c = v.shape[0], v.shape[1]
+            u = u.reshape(c, n, *u.shape[2:]).transpose(0, 1)
         return torch.nn.grad.conv2d_weight(u, out_shape, v, stride=at["dilation"],
-                                           padding=pad, dilation=at["strides"])
+                                           padding=pad, dilation=at["strides"], groups=groups)
 
     if info["op"] == "relax.matmul":
         terms = x.shape[1]
     elif info["op"] == "relax.nn.conv2d_transpose":
-        terms = y.shape[0] * y.shape[2] * y.shape[3]
+        terms = y.shape[0] // groups * y.shape[2] * y.shape[3]
     elif at["data_layout"] == "NCHW":
         terms = y.shape[1] * y.shape[2] * y.shape[3]
     else:
-        terms = x.shape[0] * y.shape[2] * y.shape[3]
+        terms = y.shape[0] * y.shape[2] * y.shape[3]
     del a
     value, magnitude = apply(x, y), apply(x.abs(), y.abs())
     assert list(value.shape) == out_shape
@@ -125,7 +146,8 @@ def test_microkernel_matches_scalar_and_pytorch(isa_run, index):
     case, ((s_status, scalar, _), (m_status, micro, _)), (want, magnitude, terms) = \
         cases[index], results[index], refs[index]
     assert case.variants[0].name.endswith("__scalar")
-    assert f"_ukernel_{GEMM_CORES[isa].tile}__{isa}" in case.variants[1].name
+    assert f"_ukernel_{GEMM_CORES[isa].tile}__{isa}" in case.variants[1].name, \
+        case.variants[1].name
     assert s_status == 0 and m_status == 0
     bound = terms * 2.0**-24 * magnitude + 1e-30
     for name, got in (("scalar", scalar), (isa, micro)):

@@ -23,13 +23,14 @@ def _legalized_funcs(build_body, params) -> list:
     return [f for _, f in sorted(funcs, key=lambda item: item[0])]
 
 
-def conv2d_funcs(x_shape, w_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1)) -> list:
+def conv2d_funcs(x_shape, w_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+                 groups=1) -> list:
     """The forward conv, its data gradient (conv2d_transpose) and weight gradient."""
     x = relax.Var("x", relax.TensorType(x_shape, "float32"))
     w = relax.Var("w", relax.TensorType(w_shape, "float32"))
     pad = [padding[0], padding[1], padding[0], padding[1]]
     return _legalized_funcs(lambda bb: bb.emit(relax.op.nn.conv2d(
-        x, w, strides=stride, padding=pad, dilation=dilation)), [x, w])
+        x, w, strides=stride, padding=pad, dilation=dilation, groups=groups)), [x, w])
 
 
 def matmul_funcs(m: int, k: int, n: int) -> list:

@@ -33,6 +33,9 @@ GEMM_CORES = {
 FAMILIES = {
     "conv2d": ("common/conv2d.c.j2", {"forward": "conv2d", "bwd_data": "conv2d_bwd_data",
                                       "bwd_weight": "conv2d_bwd_weight"}),
+    "depthwise": ("common/depthwise.c.j2", {"forward": "dwconv2d",
+                                            "bwd_data": "dwconv2d_bwd_data",
+                                            "bwd_weight": "dwconv2d_bwd_weight"}),
     "matmul": ("common/matmul.c.j2", {None: "matmul"}),
 }
 

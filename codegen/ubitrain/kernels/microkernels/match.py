@@ -46,10 +46,57 @@ def _pointwise(KH, KW, sh, sw, padding) -> bool:
     return (KH, KW, sh, sw) == (1, 1, 1, 1) and not any(padding)
 
 
+def match_depthwise(info: dict, out_shape: list[int]):
+    """A depthwise conv of stride 1 (one filter per channel) or one of its gradients."""
+    a = info["attrs"]
+    layouts = (a["data_layout"], a["kernel_layout"], a["out_layout"])
+    pt, pl, pb, pr = a["padding"]
+    g = a["groups"]
+    if info["op"] == "relax.nn.conv2d" and layouts == ("NCHW", "OIHW", "NCHW"):
+        (N, C, H, W), (w0, w1, KH, KW) = info["shapes"]
+        (sh, sw), (dh, dw) = a["strides"], a["dilation"]
+        _, _, OH, OW = out_shape
+        mode, ok = "forward", (C, w0, w1) == (g, g, 1)
+        top, left = pt, pl
+        Hp, Wp = max(H + pt + pb, OH + (KH - 1) * dh), max(W + pl + pr, OW + (KW - 1) * dw)
+    elif info["op"] == "relax.nn.conv2d_transpose" and layouts == ("NCHW", "IOHW", "NCHW"):
+        (N, C, H, W), (w0, w1, KH, KW) = info["shapes"]
+        (sh, sw), (dh, dw) = a["strides"], a["dilation"]
+        _, _, OH, OW = out_shape
+        top, left = (KH - 1) * dh - pt, (KW - 1) * dw - pl
+        Hp, Wp = OH + (KH - 1) * dh, OW + (KW - 1) * dw
+        mode = "bwd_data"
+        ok = (C, w0, w1) == (g, g, 1) and a["output_padding"] == [0, 0] and \
+            top + H <= Hp and left + W <= Wp
+    elif info["op"] == "relax.nn.conv2d" and layouts == ("CNHW", "IOHW", "CNHW"):
+        (CN, one, H, W), (N, C, OH, OW) = info["shapes"]
+        _, _, KH, KW = out_shape
+        (dh, dw), (sh, sw) = a["strides"], a["dilation"]  # forward stride = Relax dilation
+        mode, ok = "bwd_weight", (CN, one, out_shape[0], out_shape[1]) == (C * N, 1, C, 1) \
+            and g == C
+        top, left = pt, pl
+        Hp, Wp = max(H + pt + pb, OH + (KH - 1) * dh), max(W + pl + pr, OW + (KW - 1) * dw)
+    else:
+        return None
+    if not ok or (sh, sw) != (1, 1) or top < 0 or left < 0 or Hp * Wp * 4 > DIRECT_BYTES:
+        return None
+    K = KH * KW
+    image = _align(4 * K)
+    p = dict(mode=mode, N=N, C=C, H=H, W=W, KH=KH, KW=KW, OH=OH, OW=OW, dh=dh, dw=dw, K=K,
+             Hp=Hp, Wp=Wp, top=top, left=left, image_offset=image,
+             wt_offset=image + _align(4 * Hp * Wp))
+    p["scratch_bytes"] = p["wt_offset"] + (_align(4 * K) if mode == "bwd_data" else 0)
+    p["doc"] = (f"depthwise conv2d {mode}: stride 1, dilation {dh}x{dw}, "
+                f"padding {pt},{pl},{pb},{pr}")
+    return "depthwise", p
+
+
 def match_conv2d(info: dict, out_shape: list[int]):
     a = info["attrs"]
-    if not _floats(info) or a["groups"] != 1 or len(info["shapes"][0]) != 4:
+    if not _floats(info) or len(info["shapes"][0]) != 4:
         return None
+    if a["groups"] != 1:
+        return match_depthwise(info, out_shape)
     layouts = (a["data_layout"], a["kernel_layout"], a["out_layout"])
     pt, pl, pb, pr = a["padding"]
     if layouts == ("NCHW", "OIHW", "NCHW"):
@@ -82,8 +129,10 @@ def match_conv2d(info: dict, out_shape: list[int]):
 def match_conv2d_transpose(info: dict, out_shape: list[int]):
     a = info["attrs"]
     layouts = (a["data_layout"], a["kernel_layout"], a["out_layout"])
-    if not _floats(info) or a["groups"] != 1 or layouts != ("NCHW", "IOHW", "NCHW"):
+    if not _floats(info) or layouts != ("NCHW", "IOHW", "NCHW"):
         return None
+    if a["groups"] != 1:
+        return match_depthwise(info, out_shape)
     (N, C, H, W), (_, OC, KH, KW) = info["shapes"]
     _, _, H_out, W_out = out_shape
     (sh, sw), (dh, dw) = a["strides"], a["dilation"]
