@@ -19,6 +19,10 @@ Per model and batch, with SGD (momentum 0.9, so one optimizer state tensor per p
   greedy by size (the planner before issue 3).
 * arena, lower_bound: ubitrain now (in-place sharing, memory/arena_planner.py). The arena
   holds everything: parameters, buffers, optimizer state and the step's working memory.
+* half_pt: ubitrain compiled with memory_budget = half of PyTorch's peak (recomputation and
+  paging, memory/budget.py): the arena it reaches and the extra cost of the plan in the
+  host cost model (memory/cost_model.py) as a share of one plain step; "infeasible" when
+  no plan fits (the error's smallest budget is then given).
 """
 
 import argparse
@@ -89,6 +93,20 @@ def pytorch_memory(name: str, batch: int) -> dict:
                 pytorch_saved_activations=sum(saved.values()))
 
 
+def half_pytorch(name: str, batch: int, out_root: Path, pytorch_peak: int) -> dict:
+    model, x, y = _batch(name, batch)
+    try:
+        pkg = ub.compile(model, (x,), y, optimizer=ub.SGD(lr=0.01, momentum=0.9),
+                         memory_budget=pytorch_peak // 2, out_dir=out_root / f"{name}_half")
+    except ub.CompileError as err:
+        smallest = str(err).split("smallest budget that works is ")[1].split(" ")[0]
+        return dict(half_pt_arena=None, half_pt_overhead=None,
+                    half_pt_smallest=int(smallest.replace(",", "")))
+    report = pkg.memory_plan.budget
+    return dict(half_pt_arena=pkg.memory_plan.arena_bytes, half_pt_overhead=report.overhead,
+                half_pt_smallest=None)
+
+
 def ubitrain_memory(name: str, batch: int, out_root: Path) -> dict:
     model, x, y = _batch(name, batch)
     opt = ub.SGD(lr=0.01, momentum=0.9)
@@ -128,13 +146,15 @@ def main():
     rows = []
     header = (f"{'model':<19}{'b':>2} {'PyTorch peak':>13} {'PT model':>11} {'no reuse':>11} "
               f"{'before':>11} {'arena':>11} {'bound':>11} {'in place':>10}  "
-              f"{'arena/PT':>8} {'noreuse/arena':>13} {'before/LB':>9} {'arena/LB':>8}")
+              f"{'arena/PT':>8} {'noreuse/arena':>13} {'before/LB':>9} {'arena/LB':>8}  "
+              f"{'budget PT/2: arena, extra cost'}")
     print(header)
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
             for batch in args.batch:
                 r = dict(model=name, batch=batch, **pytorch_memory(name, batch),
                          **ubitrain_memory(name, batch, Path(tmp)))
+                r.update(half_pytorch(name, batch, Path(tmp), r["pytorch_peak"]))
                 r["arena_over_pytorch_peak"] = round(r["arena"] / r["pytorch_peak"], 3)
                 r["arena_over_lower_bound"] = round(r["arena"] / r["lower_bound"], 4)
                 r["before_over_lower_bound"] = round(r["before_arena"] /
@@ -145,8 +165,10 @@ def main():
                       f"{r['lower_bound']:>11,} {r['in_place_bytes']:>10,}  "
                       f"{r['arena_over_pytorch_peak']:>8.3f} "
                       f"{r['no_reuse'] / r['arena']:>13.2f} "
-                      f"{r['before_over_lower_bound']:>9.4f} {r['arena_over_lower_bound']:>8.4f}",
-                      flush=True)
+                      f"{r['before_over_lower_bound']:>9.4f} {r['arena_over_lower_bound']:>8.4f}  "
+                      + (f"{r['half_pt_arena']:,} ({r['half_pt_arena'] / r['pytorch_peak']:.3f} "
+                         f"of PT), +{r['half_pt_overhead']:.1%}" if r["half_pt_arena"] else
+                         f"infeasible (smallest {r['half_pt_smallest']:,})"), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=2))
     print("bytes; PyTorch peak: torch.profiler memory timeline of one SGD-momentum step "

@@ -51,8 +51,14 @@ class MemoryPlan:
 
     def summary(self) -> str:
         ratio = self.arena_bytes / max(self.lower_bound_bytes, 1)
-        return (f"arena {self.arena_bytes:,} B (lower bound {self.lower_bound_bytes:,} B, "
+        text = (f"arena {self.arena_bytes:,} B (lower bound {self.lower_bound_bytes:,} B, "
                 f"{ratio:.3f}x; persistent state {self.persistent_bytes:,} B)")
+        if self.budget is not None and self.budget.attempts:
+            b = self.budget
+            text += (f"; to fit memory_budget {b.budget_bytes:,} B: "
+                     f"{b.counts.get('recompute', 0)} recomputed, {b.counts.get('page', 0)} "
+                     f"paged, +{b.overhead:.1%} time in the {b.profile} cost model")
+        return text
 
 
 def plan_memory(programs: list[Program], alignment: int = 16,
