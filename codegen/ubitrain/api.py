@@ -88,8 +88,11 @@ def _check_out_dir(out_dir: Path):
 
 def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimizer=None,
             trainable=None, target: str = "host", precision: str = "fp32",
-            memory_budget=None, out_dir="build/model", progress: bool | None = None) -> Package:
-    """`progress`: a bar on stderr over the compile steps (None: when stderr is a terminal)."""
+            memory_budget=None, out_dir="build/model", progress: bool | None = None,
+            fusion: bool = True) -> Package:
+    """`progress`: a bar on stderr over the compile steps (None: when stderr is a terminal).
+    `fusion=False` keeps one kernel per op (lowering/fusion.py), for debugging: the results
+    are the same bit for bit."""
     start = time.perf_counter()
     tgt = get_target(target)
     if loss not in LOSSES:
@@ -123,7 +126,7 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
         step("lower kernels")
         library = KernelLibrary(tgt.isa)
         train, predict, state, opt_state, inputs, label_slot, output = build_programs(
-            tm, optimizer, library, tgt.accumulate_dtype)
+            tm, optimizer, library, tgt.accumulate_dtype, fusion)
         step("plan memory")
         plan = plan_memory([train, predict], alignment=tgt.alignment)
         if memory_budget is not None:  # recompute / page to fit (memory/budget.py)

@@ -20,6 +20,7 @@ from tvm import ir, tirx
 from tvm.ir import prim
 
 from ..errors import CompileError
+from .tir_access import output_reuse
 
 C_TYPES = {
     "float32": "float",
@@ -105,6 +106,7 @@ class _Printer:
         self.used_names: set[str] = set()
         self.scratch: list[tuple[str, str, int]] = []  # (name, dtype, elements)
         self.written_vars: set[str] = set()  # C names of buffers stored to
+        self.reuse = output_reuse(func)  # internal buffer -> the output parameter it lives in
 
     # ---- names -------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -285,7 +287,11 @@ class _Printer:
             self.emit(f"{self.buf(store.buffer)}[{self.index(store.indices)}] = {name};")
 
     def alloc(self, buffer):
-        """An internal buffer becomes a slice of the kernel's scratch argument."""
+        """An internal buffer becomes a slice of the kernel's scratch argument, or lives in
+        an output that is written from it element by element (tir_access.output_reuse)."""
+        if buffer in self.reuse:
+            self.buffer_names[buffer] = self.buffer_names[self.func.params[self.reuse[buffer]]]
+            return
         elements = int(np.prod([int(x) for x in buffer.shape]))
         name = self.fresh(buffer.name)
         self.buffer_names[buffer] = name

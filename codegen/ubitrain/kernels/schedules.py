@@ -2,9 +2,11 @@
 
 Every schedule first inlines cheap producer blocks (padding, broadcasts, reshapes, fills)
 into their consumers: the padded copy of a conv input then never exists, which removes the
-kernel's largest scratch buffer. The default schedule then orders and tiles the reduction
-blocks (conv, conv gradients, matmuls) so that the innermost loop is unit-stride, free of
-conditions and vectorizable by the C compiler (reduction_schedule.py). Targets pick a
+kernel's largest scratch buffer. In a fused kernel, elementwise intermediates are inlined
+into their elementwise consumers too, so a fused chain is one loop nest. The default
+schedule then orders and tiles the reduction blocks (conv, conv gradients, matmuls) so that
+the innermost loop is unit-stride, free of conditions and vectorizable by the C compiler
+(reduction_schedule.py). Targets pick a
 schedule by name in `SCHEDULES`; "inline_only" is the unscheduled reference.
 """
 
@@ -12,8 +14,8 @@ from tvm import s_tir, tirx
 
 from .reduction_schedule import tile_reductions
 
-INLINE_PREFIXES = ("pad", "T_pad", "T_reshape", "T_broadcast", "T_full", "T_expand_dims",
-                   "T_transpose", "T_strided_slice")
+INLINE_PREFIXES = ("pad", "T_pad", "data_dilate", "T_reshape", "T_broadcast", "T_full",
+                   "T_expand_dims", "T_transpose", "T_strided_slice")
 
 
 def inline_cheap_producers(func: tirx.PrimFunc) -> tirx.PrimFunc:
@@ -31,8 +33,7 @@ def _inline(sch: s_tir.Schedule) -> s_tir.Schedule:
     while changed:  # inlining one block can make another inlinable
         changed = False
         for block in sch.get_child_blocks(sch.get_sblock("root")) if _has_root(sch) else []:
-            name = sch.get(block).name_hint
-            if name.startswith(INLINE_PREFIXES):
+            if _cheap(sch, block) or _elementwise_intermediate(sch, block):
                 try:
                     sch.compute_inline(block)
                     changed = True
@@ -40,6 +41,37 @@ def _inline(sch: s_tir.Schedule) -> s_tir.Schedule:
                 except Exception:  # an output block, or one read in a reduction init
                     continue
     return sch
+
+
+def _cheap(sch, block) -> bool:
+    return sch.get(block).name_hint.startswith(INLINE_PREFIXES)
+
+
+def _elementwise_intermediate(sch, block) -> bool:
+    """A non-reduction block of a fused kernel (lowering/fusion.py) whose consumers are
+    non-reduction blocks that read no more elements than it writes: inlining it removes an
+    intermediate buffer without computing any element more than once per consumer (a
+    consumer that broadcasts it, or a reduction reading it, would recompute it many times)."""
+    if _is_reduction(sch, block):
+        return False
+    consumers = sch.get_consumers(block)
+    size = _written_elements(sch, block)
+    return bool(consumers) and all(not _is_reduction(sch, c) and _written_elements(sch, c) <= size
+                                   for c in consumers)
+
+
+def _is_reduction(sch, block) -> bool:
+    return any(int(v.iter_type) == tirx.IterVar.CommReduce for v in sch.get(block).iter_vars)
+
+
+def _written_elements(sch, block) -> int:
+    total = 0
+    for region in sch.get(block).writes:
+        n = 1
+        for r in region.source.shape:
+            n *= int(r)
+        total += n
+    return total
 
 
 def _has_root(sch) -> bool:

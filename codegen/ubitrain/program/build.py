@@ -16,8 +16,10 @@ import tvm
 from tvm import relax, te
 
 from ..errors import CompileError
+from ..kernels import microkernels
 from ..kernels.library import KernelLibrary
 from ..kernels.microkernels import tagging_legalizations
+from ..lowering.fusion import fuse_kernels
 from ..lowering.reductions import reduction_legalizations
 from ..training.graph import TrainingModule
 from .inplace import share_in_place
@@ -128,9 +130,11 @@ def _state_slots(tm: TrainingModule, optimizer):
 
 
 def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
-                   accumulate_dtype: str = "float32"):
+                   accumulate_dtype: str = "float32", fusion: bool = True):
     """Return (train_step, predict, state slots, optimizer state slots, io slots)."""
     mod = legalize(tm.mod, accumulate_dtype)
+    if fusion:  # kernels with a micro-kernel on this target stay whole, to match it
+        mod = fuse_kernels(mod, lambda f: microkernels.plan(f, library.isa) is not None)
     state, opt_state, parts = _state_slots(tm, optimizer)
     g = tm.graph
     inputs = [Slot(spec.name, spec.shape, spec.dtype, "input") for spec in g.input_specs]
