@@ -12,6 +12,8 @@ order of summation, and the two variants must be within twice that of each other
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -154,3 +156,35 @@ def test_microkernel_matches_scalar_and_pytorch(isa_run, index):
         excess = np.abs(got - want) / bound
         assert np.all(excess <= 1), f"{name}: worst {excess.max():.2f}x the float32 bound"
     assert np.all(np.abs(micro - scalar) <= 2 * bound)
+
+
+def test_ops_without_a_micro_kernel_keep_the_scalar_kernel():
+    """Grouped (not depthwise) and strided depthwise convs have no micro-kernel: the library
+    prints the scalar kernel for them on every ISA."""
+    funcs = (conv2d_funcs((2, 4, 8, 8), (6, 2, 3, 3), padding=(1, 1), groups=2)
+             + conv2d_funcs((2, 4, 9, 9), (4, 1, 3, 3), stride=(2, 2), padding=(1, 1),
+                            groups=4))
+    for isa in GEMM_CORES:
+        for func in funcs:
+            assert KernelLibrary(isa).add(func, "k").name.endswith("__scalar")
+
+
+@pytest.mark.parametrize("target", MICRO_TARGETS)
+def test_compiled_model_calls_the_micro_kernels(target, tmp_path):
+    """ub.compile for a micro-kernel target puts them in the step: the conv forward, both
+    conv gradients and the linear layer's matmuls, each rendered once from its template."""
+    import torch
+
+    import ubitrain as ub
+    from ubitrain.zoo import ZOO
+
+    entry = ZOO["digits_cnn"]
+    x, y = torch.randn((4,) + entry.sample_shape), torch.randint(0, 10, (4,))
+    ub.compile(entry.factory(), (x,), y, target=target, out_dir=tmp_path / "m")
+    source = (tmp_path / "m" / "model.c").read_text()
+    isa, tile = TARGETS[target].isa, GEMM_CORES[TARGETS[target].isa].tile
+    called = set(re.findall(rf"UB_TRY\((ub_f32_(\w+?)\d*_ukernel_{tile}__{isa})\(", source))
+    ops = {op for _, op in called}
+    assert {"conv2d", "conv2d_bwd_data", "conv2d_bwd_weight", "matmul"} <= ops, ops
+    assert "microkernels/templates/common/conv2d.c.j2" in source
+    assert f"microkernels/templates/{isa}/gemm.c.j2" in source

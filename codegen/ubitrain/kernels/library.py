@@ -63,8 +63,13 @@ class KernelLibrary:
         name, i = f"ub_{dtype}_{op}_ukernel_{tile}__{self.isa}", 1
         while name in self.kernels:
             name, i = f"ub_{dtype}_{op}{i}_ukernel_{tile}__{self.isa}", i + 1
-        kernel = microkernels.render_kernel(func, self.isa, family, name, params)
-        self.support.update(microkernels.support_sources(self.isa))
+        try:
+            kernel = microkernels.render_kernel(func, self.isa, family, name, params)
+            self.support.update(microkernels.support_sources(self.isa))
+        except Exception as err:  # a template that does not render is a bug: say which
+            raise CompileError(f"rendering micro-kernel {name} ({family}, {self.isa}) failed: "
+                               f"{err}; compile for a target with isa 'scalar' to avoid it"
+                               ) from err
         self.kernels[name] = kernel
         return kernel
 
