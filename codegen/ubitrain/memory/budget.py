@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import time
+import warnings
 from dataclasses import dataclass, field
 
 from ..errors import CompileError
@@ -193,5 +194,8 @@ def _finish(new_plan, report, solution, program, start) -> MemoryPlan:
         elif how.startswith("recompute"):
             report.recomputed_bytes += cand.nbytes
     report.replayed_calls = sum("replay_of" in c.attrs for c in program.calls)
+    if not solution.optimal:
+        warnings.warn(f"the budget MILP stopped at its time limit; the plan used is within "
+                      f"{solution.gap:.1%} of the best bound ({report.summary()})", stacklevel=3)
     new_plan.budget = report
     return new_plan
