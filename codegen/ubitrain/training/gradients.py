@@ -33,18 +33,22 @@ def _zero(x):
 
 
 def relu_grad(orig_var, orig_call, output_grad, ctx):
-    x = orig_call.args[0]
-    return [R.where(R.greater(x, _zero(x)), output_grad, _zero(x))]
+    # From the output: relu(x) > 0 exactly where x > 0 (NaN in both is not > 0), and the
+    # output is kept anyway as the next layer's input, so the input can die in the forward
+    # pass (and the ReLU run in place over it).
+    y = orig_var
+    return [R.where(R.greater(y, _zero(y)), output_grad, _zero(y))]
 
 
 def clip_grad(orig_var, orig_call, output_grad, ctx):
-    x, lo, hi = orig_call.args
-    dtype = str(x.ty.dtype)
+    _, lo, hi = orig_call.args
+    y = orig_var  # clip(x) lies strictly inside (lo, hi) exactly where x does, as for ReLU
+    dtype = str(y.ty.dtype)
     # The bounds are FloatImm arguments, not tensors: they take `no_grad` (a None here makes
     # the Gradient pass crash).
-    inside = R.logical_and(R.greater(x, relax.const(float(lo.value), dtype)),
-                           R.less(x, relax.const(float(hi.value), dtype)))
-    return [R.where(inside, output_grad, _zero(x)), no_grad(lo), no_grad(hi)]
+    inside = R.logical_and(R.greater(y, relax.const(float(lo.value), dtype)),
+                           R.less(y, relax.const(float(hi.value), dtype)))
+    return [R.where(inside, output_grad, _zero(y)), no_grad(lo), no_grad(hi)]
 
 
 def erf_grad(orig_var, orig_call, output_grad, ctx):
