@@ -74,6 +74,18 @@ def _model_name(model, out_dir: Path) -> str:
     return base if not base[0].isdigit() else "m_" + base
 
 
+def _checked_io(example_inputs, labels, out_dir) -> tuple[tuple, torch.Tensor, Path]:
+    """The example inputs as a tuple of tensors, the labels as a tensor, and a writable
+    out_dir: what every precision's compile starts from."""
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    example_inputs = tuple(_as_tensor(x, "example input") for x in example_inputs)
+    labels = _as_tensor(labels, "labels")
+    out_dir = Path(out_dir)
+    _check_out_dir(out_dir)
+    return example_inputs, labels, out_dir
+
+
 def _check_out_dir(out_dir: Path):
     probe = out_dir
     while not probe.exists():
@@ -113,12 +125,7 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
     elif not isinstance(model, torch.nn.Module):
         raise CompileError(f"model must be a torch.nn.Module, an .onnx path or an "
                            f"onnx.ModelProto, got {type(model).__name__}")
-    if not isinstance(example_inputs, (tuple, list)):
-        example_inputs = (example_inputs,)
-    example_inputs = tuple(_as_tensor(x, "example input") for x in example_inputs)
-    labels = _as_tensor(labels, "labels")
-    out_dir = Path(out_dir)
-    _check_out_dir(out_dir)
+    example_inputs, labels, out_dir = _checked_io(example_inputs, labels, out_dir)
 
     with Steps("ubitrain compile", COMPILE_STEPS, progress) as step:
         step("trace and differentiate")

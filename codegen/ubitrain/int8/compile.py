@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -49,7 +48,7 @@ def _package_type():
 
 def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, target,
                  memory_budget, out_dir):
-    from ..api import _as_tensor, _check_out_dir, _model_name
+    from ..api import _checked_io, _model_name
 
     start = time.perf_counter()
     tgt = get_target(target)
@@ -67,12 +66,7 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
     if not isinstance(model, torch.nn.Module):
         raise CompileError("precision='int8' takes a torch.nn.Module (ONNX models: "
                            "precision='fp32')")
-    if not isinstance(example_inputs, (tuple, list)):
-        example_inputs = (example_inputs,)
-    example_inputs = tuple(_as_tensor(x, "example input") for x in example_inputs)
-    labels = _as_tensor(labels, "labels")
-    out_dir = Path(out_dir)
-    _check_out_dir(out_dir)
+    example_inputs, labels, out_dir = _checked_io(example_inputs, labels, out_dir)
     model_name = _model_name(model, out_dir)
     if len(example_inputs) != 1:
         raise CompileError(f"precision='int8' trains a model with one input; got "
