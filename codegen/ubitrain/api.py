@@ -17,6 +17,7 @@ from .kernels.library import KernelLibrary
 from .memory.plan import MemoryPlan, plan_memory
 from .optim import OPTIMIZERS, SGD
 from .program.build import build_programs
+from .program.frozen_state import fold_frozen_calls, keep_frozen_state_in_flash
 from .program.ir import Program, Slot
 from .progress import Steps
 from .project.emit import render_project
@@ -46,6 +47,7 @@ class Package:
     programs: dict[str, Program] = field(repr=False, default_factory=dict)
     kernel_count: int = 0
     compile_seconds: float = 0.0
+    frozen_in_flash: list[str] = field(default_factory=list)  # state kept as const data
 
     def build(self, seed: int = 0, progress: bool | None = None) -> HostTrainer:
         """Build the C project with CMake and load it (host target), or cross-compile it
@@ -134,20 +136,25 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
         library = KernelLibrary(tgt.isa)
         train, predict, state, opt_state, inputs, label_slot, output = build_programs(
             tm, optimizer, library, tgt.accumulate_dtype, fusion)
+        frozen, folded_bytes = {}, 0
+        if tgt.frozen_state_in_flash:
+            frozen = keep_frozen_state_in_flash([train, predict], state)
+            folded_bytes = fold_frozen_calls([train, predict], library)
         step("plan memory")
         plan = plan_memory([train, predict], alignment=tgt.alignment)
         if memory_budget is not None:  # recompute / page to fit (memory/budget.py)
             from .memory.budget import fit_budget
             train, plan = fit_budget(train, predict, plan, library, memory_budget, target,
                                      int(example_inputs[0].shape[0]))
-        check_board_fit(tgt, plan, inputs, label_slot, output)
+        check_board_fit(tgt, plan, inputs, label_slot, output,
+                        weight_bytes=sum(s.nbytes for s in state.values()) + folded_bytes)
         step("write C project")
         classes = output.shape[-1] if loss == "cross_entropy" else None
         name = _model_name(model, out_dir)
         render_project(out_dir, name, train, predict, plan, library.sources(), state,
-                       opt_state, tm.trainable, inputs, label_slot, output, classes)
+                       opt_state, tm.trainable, inputs, label_slot, output, classes, frozen)
     return Package(out_dir=out_dir, model_name=name, target=target, memory_plan=plan,
                    inputs=inputs, labels=label_slot, output=output, classes=classes,
                    trainable=tm.trainable, programs={"train_step": train, "predict": predict},
-                   kernel_count=len(library.kernels),
+                   kernel_count=len(library.kernels), frozen_in_flash=list(frozen),
                    compile_seconds=time.perf_counter() - start)

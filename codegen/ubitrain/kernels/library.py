@@ -83,6 +83,14 @@ class KernelLibrary:
             self.lowered[variant] = self.lowered[name]
         return self.kernels[variant]
 
+    def prim_func(self, name: str) -> tirx.PrimFunc | None:
+        """The PrimFunc kernel `name` was made from (None for an in-place variant)."""
+        for pairs in self._by_hash.values():
+            for func, kernel in pairs:
+                if kernel.name == name:
+                    return func
+        return None
+
     def sources(self) -> list[str]:
         return list(self.support.values()) + [k.source for k in self.kernels.values()]
 

@@ -111,11 +111,19 @@ class _CallPrinter:
 def render_project(out_dir: Path, model_name: str, train: Program, predict: Program,
                    plan: MemoryPlan, kernels: list[str], state: dict, opt_state: dict,
                    trainable: list[str], inputs: list[Slot], labels: Slot, output: Slot,
-                   classes: int | None) -> None:
+                   classes: int | None, frozen: dict[str, str] | None = None) -> None:
+    """`frozen`: {state name: kind} of the state kept in flash as constants
+    (program/frozen_state.py); the tensor table lists them, read-only."""
+    frozen = frozen or {}
     constants, const_names = [], {}
+    for name in frozen:  # named after the tensor, so that a map file or nm shows them
+        s = state[name]
+        const_names[id(s)] = f"ub_frozen_{s.name}"
+        constants.append(dict(name=const_names[id(s)], ctype=c_type(s.dtype),
+                              elements=max(s.value.size, 1), data=c_array(s.value)))
     for prog in (train, predict):
         for s in prog.slots():
-            if s.kind == "constant" and id(s) not in const_names:
+            if s.kind == "constant" and s.view_of is None and id(s) not in const_names:
                 const_names[id(s)] = f"ub_const_{len(constants)}"
                 constants.append(dict(name=const_names[id(s)], ctype=c_type(s.dtype),
                                       elements=max(s.value.size, 1), data=c_array(s.value)))
@@ -130,6 +138,10 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
     tensors, initial, zeroed = [], [], []
     trained = {t.split("[", 1)[0] for t in trainable}  # "fc.weight[0:4]": fc.weight trains
     for name, slot in state.items():
+        if name in frozen:
+            tensors.append(_tensor_row(name, slot, plan, frozen[name], False,
+                                       flash=const_names[id(slot)]))
+            continue
         tensors.append(_tensor_row(name, slot, plan, slot.kind, name in trained))
         initial.append(dict(cname=slot.name, ctype=c_type(slot.dtype), elements=slot.value.size,
                             data=c_array(slot.value), offset=plan.offsets[slot]))
@@ -171,11 +183,13 @@ def _layout_id(tensors) -> int:
     return zlib.crc32(text.encode())
 
 
-def _tensor_row(name, slot, plan, kind, trainable):
+def _tensor_row(name, slot, plan, kind, trainable, flash=None):
+    """`flash`: the constant array of a frozen tensor (no arena offset), or None."""
     shape = list(slot.shape)
     if len(shape) > 4:
         raise CompileError(f"tensor {name} has {len(shape)} dimensions; at most 4 are supported")
     return dict(name=name, kind=KIND_CODES[kind], dtype=DTYPE_CODES[slot.dtype], ndim=len(shape),
                 shape4=", ".join(str(d) for d in shape + [0] * (4 - len(shape))),
-                offset=plan.offsets[slot], bytes=slot.nbytes, trainable=int(trainable))
+                offset=0 if flash else plan.offsets[slot], bytes=slot.nbytes,
+                trainable=int(trainable), flash=flash or "NULL")
 

@@ -18,7 +18,7 @@ class _TensorInfo(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int), ("dtype", ctypes.c_int),
                 ("ndim", ctypes.c_uint32), ("shape", ctypes.c_uint32 * 4),
                 ("offset", ctypes.c_uint32), ("bytes", ctypes.c_uint32),
-                ("trainable", ctypes.c_uint32)]
+                ("trainable", ctypes.c_uint32), ("flash", ctypes.c_void_p)]
 
 
 class _Storage(ctypes.Structure):  # runtime_c/ub_storage.h

@@ -26,6 +26,8 @@ STATUS_TEXT = {
     -10: "no complete checkpoint found",
     -11: "the checkpoint belongs to another model or layout",
     -12: "the memory plan pages tensors and no page storage was set (set_storage)",
+    -13: "the tensor is frozen and kept in flash (read-only): it takes only the value it "
+         "has; compile with it trainable to change it",
 }
 DTYPES = {0: np.float32, 1: np.int64, 2: np.int32, 3: np.int8}
 PARAMETER, BUFFER, OPTIMIZER_STATE = 0, 1, 2

@@ -25,17 +25,25 @@ def sram_needed(target: Target, plan, inputs, labels, output) -> dict:
             "driver": DRIVER_OVERHEAD_BYTES, "total": total}
 
 
-def check_board_fit(target: Target, plan, inputs, labels, output) -> None:
+def check_board_fit(target: Target, plan, inputs, labels, output,
+                    weight_bytes: int = 0) -> None:
     """A CompileError with the numbers when the arena, the batch buffers and the stack
-    cannot fit the board's SRAM together."""
+    cannot fit the board's SRAM together, or when the model's weights alone (`weight_bytes`:
+    every state tensor's initial or frozen value is const data) cannot fit its flash."""
     if target.board is None:
         return
-    need = sram_needed(target, plan, inputs, labels, output)
     board = target.board
+    need = sram_needed(target, plan, inputs, labels, output)
     if need["total"] > board.sram_bytes:
         raise CompileError(
             f"target {target.name}: the plan does not fit the SRAM of {board.name} "
             f"({board.sram_bytes:,} B): arena {need['arena']:,} B + batch buffers "
             f"{need['io']:,} B + stack {need['stack']:,} B + driver {need['driver']:,} B = "
             f"{need['total']:,} B, {need['total'] - board.sram_bytes:,} B too many; use a "
-            f"smaller batch, a smaller model or trainable= to freeze layers")
+            f"smaller batch, a smaller model or trainable=ub.SparseUpdate(...) to freeze "
+            f"layers (frozen weights stay in flash)")
+    if weight_bytes > board.flash_bytes:
+        raise CompileError(
+            f"target {target.name}: the model's weights ({weight_bytes:,} B, initial values "
+            f"and frozen weights as const data) do not fit the flash of {board.name} "
+            f"({board.flash_bytes:,} B), before any code; use a smaller model")

@@ -50,6 +50,9 @@ class Target:
     driver_io: str = "stdio"  # how the driver reads commands: stdio, semihosting, syscall
     board: Board | None = None
     kernel_variants: tuple[str, ...] = ("scalar",)
+    # State no step writes (frozen weights) as `const` data in flash instead of the arena in
+    # SRAM (program/frozen_state.py); where flash and SRAM are distinct memories.
+    frozen_state_in_flash: bool = False
 
     def emulator_command(self, binary: str) -> list[str]:
         return [part.replace("{binary}", binary) for part in self.emulator]
@@ -85,7 +88,7 @@ TARGETS = {
                              "--specs=rdimon.specs",
                emulator=("qemu-system-arm", "-M", "mps2-an386", *ARM_EABI_EMULATOR),
                driver_io="semihosting", board=Board("mps2-an386", 4 * MiB, 4 * MiB, MPS2_STACK),
-               kernel_variants=("cmsis_dsp", "scalar")),
+               kernel_variants=("cmsis_dsp", "scalar"), frozen_state_in_flash=True),
         Target("cortex-m7", "Cortex-M7 (double-precision FPU) on the mps2-an500 board",
                "cmsis_dsp", 8, False, accumulate_dtype="float64", vector_bytes=4,
                toolchain_dir="cortex-m7", compiler="arm-none-eabi-gcc",
@@ -93,7 +96,7 @@ TARGETS = {
                              "--specs=rdimon.specs",
                emulator=("qemu-system-arm", "-M", "mps2-an500", *ARM_EABI_EMULATOR),
                driver_io="semihosting", board=Board("mps2-an500", 4 * MiB, 4 * MiB, MPS2_STACK),
-               kernel_variants=("cmsis_dsp", "scalar")),
+               kernel_variants=("cmsis_dsp", "scalar"), frozen_state_in_flash=True),
         Target("hexagon-v66", "Hexagon v66 DSP (HVX 128 B), freestanding: ubitrain's own start "
                "code, syscalls and libm", "scalar", 128, False, accumulate_dtype="float32",
                vector_bytes=128, toolchain_dir="hexagon-v66", compiler="clang",

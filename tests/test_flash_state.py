@@ -1,0 +1,157 @@
+"""Frozen weights in flash on Cortex-M: with a sparse update, the weights no step writes are
+`const` data in flash (.rodata) instead of arena bytes in SRAM. The model trains exactly as
+with those weights in SRAM, and as PyTorch with them frozen; the linked ELF shows them in
+flash and the SRAM it needs drops by their size."""
+
+import copy
+import dataclasses
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+from test_targets import require_tools
+
+import ubitrain as ub
+from ubitrain.targets import TARGETS
+from ubitrain.zoo import ZOO
+
+TARGET = "cortex-m4"
+RULE = ub.SparseUpdate(biases=True, last_layers=1)
+SRAM_BASE = 0x20000000  # mps2.ld: flash below, SRAM from here
+
+
+def case():
+    torch.manual_seed(2)
+    model = ZOO["lenet5"].factory().train()
+    gen = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(2, 1, 32, 32, generator=gen),
+                torch.randint(0, 10, (2,), generator=gen)) for _ in range(3)]
+    return model, batches
+
+
+def train(model, batches, out_dir):
+    pkg = ub.compile(copy.deepcopy(model), batches[0][:1], batches[0][1], trainable=RULE,
+                     optimizer=ub.SGD(lr=0.01, momentum=0.9), target=TARGET, out_dir=out_dir)
+    with pkg.build() as trainer:
+        losses = trainer.train(batches)
+        params = trainer.parameters()
+        result = dict(pkg=pkg, losses=losses, params=params, memory=trainer.device_memory,
+                      binary=trainer.command[-1])
+        if pkg.frozen_in_flash:
+            frozen = pkg.frozen_in_flash[0]
+            trainer.load_parameters({frozen: params[frozen]})  # its own value: accepted
+            with pytest.raises(ub.RuntimeStatusError, match="frozen and kept in flash"):
+                trainer.load_parameters({frozen: params[frozen] + 1})
+    return result
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    require_tools(TARGET)
+    model, batches = case()
+    out = tmp_path_factory.mktemp("flash")
+    flash = train(model, batches, out / "flash")
+    mp = pytest.MonkeyPatch()
+    mp.setitem(TARGETS, TARGET, dataclasses.replace(TARGETS[TARGET], frozen_state_in_flash=False))
+    try:
+        sram = train(model, batches, out / "sram")
+    finally:
+        mp.undo()
+    return model, batches, flash, sram
+
+
+def test_frozen_weights_train_like_pytorch_and_like_weights_in_sram(builds):
+    model, batches, flash, sram = builds
+    trainable = set(flash["pkg"].trainable)
+    assert flash["pkg"].frozen_in_flash == [n for n, _ in model.named_parameters()
+                                            if n not in trainable]
+    assert sram["pkg"].frozen_in_flash == []
+    # Bit for bit the same step: only where the frozen weights are read from changed.
+    assert np.array_equal(flash["losses"], sram["losses"])
+    for name, value in sram["params"].items():
+        assert np.array_equal(flash["params"][name], value), name
+
+    for name, p in model.named_parameters():
+        p.requires_grad_(name in trainable)
+    reference = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.01,
+                                momentum=0.9)
+    for (x, y), loss in zip(batches, flash["losses"]):
+        reference.zero_grad()
+        expected = torch.nn.functional.cross_entropy(model(x), y)
+        expected.backward()
+        reference.step()
+        assert abs(loss - expected.item()) <= 1e-4 * expected.item()
+    for name, value in model.state_dict().items():
+        v = value.numpy()
+        assert np.abs(flash["params"][name] - v).max() <= 1e-4 * max(np.abs(v).max(), 1e-6), name
+
+
+def test_frozen_weights_sit_in_flash_and_sram_drops_by_their_size(builds):
+    model, _, flash, sram = builds
+    state = dict(model.state_dict())
+    frozen = {n: state[n].numel() * 4 for n in flash["pkg"].frozen_in_flash}
+    # mps2.ld links .rodata into flash with the code: each frozen tensor is a data object
+    # of its own size below the SRAM's base address.
+    symbols = {}
+    table = subprocess.run(["arm-none-eabi-readelf", "-sW", flash["binary"]],
+                           capture_output=True, text=True, check=True).stdout
+    for line in table.splitlines():
+        parts = line.split()  # Num: Value Size Type Bind Vis Ndx Name
+        if len(parts) == 8 and parts[7].startswith("ub_frozen_"):
+            symbols[parts[7]] = (int(parts[1], 16), int(parts[2], 0), parts[3])
+    assert len(symbols) == len(frozen)
+    for name, nbytes in frozen.items():
+        address, size, kind = symbols["ub_frozen_" + name.replace(".", "_")]
+        assert kind == "OBJECT" and address < SRAM_BASE and size == nbytes, name
+
+    # The frozen weights leave the arena's persistent part; the transposes of the frozen
+    # Linear weights, folded at compile time, leave its transient part: both are flash data.
+    frozen_bytes = sum(frozen.values())
+    plan_flash, plan_sram = flash["pkg"].memory_plan, sram["pkg"].memory_plan
+    assert 0 <= plan_sram.persistent_bytes - plan_flash.persistent_bytes - frozen_bytes < 8 * 4
+    train = flash["pkg"].programs["train_step"]
+    folded = sum(s.nbytes for s in train.slots() if s.kind == "constant" and s.view_of is None
+                 and s.label is None and s.nbytes > 1024)  # not the graph's small constants
+    assert folded == 4 * (120 * 400 + 84 * 120)  # classifier.0 and .2 weights, transposed
+    arena_drop = plan_sram.arena_bytes - plan_flash.arena_bytes
+    assert arena_drop > frozen_bytes  # and the step's peak lost the transposes' buffers
+    sram_drop = sram["memory"]["sram_bytes"] - flash["memory"]["sram_bytes"]
+    assert arena_drop <= sram_drop <= arena_drop + 8  # .bss holds the arena, 8-byte aligned
+    # The initial weights were in flash before too (copied into SRAM at init); what flash
+    # gains is the folded transposes.
+    assert abs(flash["memory"]["flash_bytes"] - sram["memory"]["flash_bytes"] - folded) < 1024
+
+
+def mlp(hidden: int):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(1024, hidden), torch.nn.ReLU(),
+                               torch.nn.Linear(hidden, 10))
+
+
+def test_frozen_weights_in_flash_let_a_plan_fit_the_sram_it_did_not(tmp_path):
+    """2 MB of weights: trained (weight, its transpose and its gradient in SRAM) they
+    overflow the 4 MiB SRAM; frozen, they and their transpose (folded at compile time) are
+    flash data and the arena holds the last layer's state and the activations only."""
+    x, y = torch.randn(4, 1024), torch.randint(0, 10, (4,))
+    with pytest.raises(ub.CompileError, match="does not fit the SRAM of mps2-an386"):
+        ub.compile(mlp(500), (x,), y, target=TARGET, out_dir=tmp_path / "all")
+    pkg = ub.compile(mlp(500), (x,), y, target=TARGET, trainable=ub.SparseUpdate(last_layers=1),
+                     out_dir=tmp_path / "sparse")
+    assert pkg.frozen_in_flash == ["0.weight", "0.bias"]
+    assert pkg.memory_plan.arena_bytes < 50_000
+    source = (tmp_path / "sparse" / "model.c").read_text()
+    assert "static const float ub_frozen_0_weight[512000]" in source
+    # The frozen weight's transpose is computed once, by the compiler, not in every step.
+    calls = pkg.programs["train_step"].calls
+    assert not [c for c in calls if any(a.root.label == "0.weight" for a in c.args)]
+
+
+def test_weights_that_cannot_fit_the_flash_fail_at_compile_time(tmp_path):
+    x, y = torch.randn(4, 1024), torch.randint(0, 10, (4,))
+    with pytest.raises(ub.CompileError, match=r"weights \([\d,]+ B, initial values and "
+                       r"frozen weights as const data\) do not fit the flash of mps2-an386 "
+                       r"\(4,194,304 B\)"):
+        ub.compile(mlp(1024), (x,), y, target=TARGET, trainable=ub.SparseUpdate(biases=True),
+                   out_dir=tmp_path / "big")
+    assert not (tmp_path / "big" / "model.c").exists()
