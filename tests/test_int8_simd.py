@@ -1,5 +1,7 @@
-"""The int8 inner loops with intrinsics (NEON SMULL/SADALP/SMLAL, Cortex-M SXTB16+SMLAD, HVX
-vrmpy) against the plain-C variant, on each target: one check program per target, built by
+"""The int8 inner loops with intrinsics (NEON SMULL/SADALP/SMLAL/SDOT, Cortex-M SXTB16+SMLAD,
+HVX vrmpy): dot, axpy, both gemms and the rescaling rows (max-abs OR reduction, RoundShift and
+PstoShift with their saturation flag) against the plain-C variant, over int8/int32 extremes and
+every shift 0..31, on each target: one check program per target, built by
 its cross compiler and run under its emulator (int8/simd.py). A missing toolchain skips
 locally and fails in CI (CI=true)."""
 

@@ -57,8 +57,9 @@ class _Builder:
     def __init__(self, program: LayerProgram, config: NITI, isa: str = "scalar"):
         self.p, self.config, self.isa = program, config, isa
         self.kernels: dict[str, str] = {
-            "ub_niti_common": ENV.get_template("niti_common.c.j2").render(),
+            # the element rules and vector rows first: niti_common's rescaling calls them
             "ub_niti_simd": ENV.get_template("niti_simd.c.j2").render(isa=isa, prefix="ub_niti_"),
+            "ub_niti_common": ENV.get_template("niti_common.c.j2").render(),
         }
         self.temp = 0
 
@@ -98,7 +99,18 @@ def _conv_params(layer: Conv) -> dict:
     _, o, oh, ow = layer.out_shape
     (kh, kw), (sh, sw), (ph, pw) = layer.kernel, layer.stride, layer.padding
     return dict(B=b, C=c, H=h, W=w, O=o, OH=oh, OW=ow, KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw,
-                K=c * kh * kw, where=layer.where or "<top>")
+                K=c * kh * kw, where=layer.where or "<top>", rows=_tap_ranges(kh, sh, ph, h, oh),
+                cols=_tap_ranges(kw, sw, pw, w, ow))
+
+
+def _tap_ranges(taps: int, stride: int, pad: int, size: int, out: int) -> list[tuple[int, int]]:
+    """Per tap t, the outputs [lo, hi) whose input o * stride + t - pad lies inside [0, size)."""
+    ranges = []
+    for t in range(taps):
+        lo = min(out, max(0, -(-(pad - t) // stride)))
+        hi = max(lo, min(out, (size - 1 + pad - t) // stride + 1))
+        ranges.append((lo, hi))
+    return ranges
 
 
 def _conv_template(layer: Conv) -> str:
@@ -219,7 +231,8 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
                 name = bld.kernel(_conv_template(layer), _op(layer) + "_input_grad", i,
                                   variant="input_grad", site=site_offset(layer.error_site),
                                   mode=train_mode, max_interval=config.max_interval, **params)
-                col = 0 if layer.linear else 4 * params["K"]
+                # the columns of one image: K x OH*OW int32
+                col = 0 if layer.linear else 4 * params["K"] * elements(layer.out_shape[2:])
                 calls.append(Call(name, [err, w, state_vec, err_in], [2, 3],
                                   scratch=bld.scratch(4 * elements(layer.in_shape) + col),
                                   attrs=_macs(layer)))

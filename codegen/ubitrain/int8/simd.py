@@ -35,9 +35,69 @@ static int8_t check_next(void) {  /* LCG bytes, every value of int8 including -1
     return (int8_t)(check_state >> 24);
 }
 
+static int32_t check_word(void) {  /* int32 of every magnitude, INT32_MIN included */
+    const uint32_t hi = (uint8_t)check_next(), bits = hi % 33u;
+    uint32_t v = ((uint32_t)(uint8_t)check_next() << 24) ^ ((uint32_t)(uint8_t)check_next() << 12)
+                 ^ (uint8_t)check_next();
+    v = bits == 32u ? v : v & ((1u << bits) - 1u);
+    return hi == 255u ? INT32_MIN : (check_next() < 0 ? -(int32_t)(v >> 1) : (int32_t)(v >> 1));
+}
+
+enum { CHECK_N = 4096 };
+static int8_t a[CHECK_N], b[CHECK_N], w8[CHECK_N], out_ref[CHECK_N], out_isa[CHECK_N];
+static int32_t acc_ref[CHECK_N], acc_isa[CHECK_N], words[CHECK_N];
+
+/* gemm shapes around the 4-row, 16- and 8-column blocks and the 16/8-lane steps; the exit
+ * codes stay below 256 (a process status) */
+static int check_gemm(void) {
+    static const uint32_t dims[][3] = {{1, 1, 1}, {4, 9, 16}, {5, 7, 24}, {8, 9, 64},
+                                       {16, 72, 16}, {3, 16, 31}, {7, 3, 9}, {72, 16, 16},
+                                       {2, 33, 5}};
+    for (uint32_t t = 0; t < sizeof dims / sizeof dims[0]; ++t) {
+        const uint32_t rows = dims[t][0], inner = dims[t][1], cols = dims[t][2];
+        for (uint32_t i = 0; i < rows * inner; ++i) a[i] = t % 2 ? -128 : check_next();
+        for (uint32_t i = 0; i < inner * cols; ++i) b[i] = t % 3 == 1 ? -128 : check_next();
+        ref_gemm_nn_s8(acc_ref, a, inner, 1u, b, rows, inner, cols);
+        isa_gemm_nn_s8(acc_isa, a, inner, 1u, b, rows, inner, cols);
+        if (memcmp(acc_ref, acc_isa, 4 * rows * cols)) return 100 + (int)t;
+        ref_gemm_nn_s8(acc_ref, a, 1u, rows, b, inner, rows, cols);  /* A transposed */
+        isa_gemm_nn_s8(acc_isa, a, 1u, rows, b, inner, rows, cols);
+        if (memcmp(acc_ref, acc_isa, 4 * inner * cols)) return 120 + (int)t;
+        /* nt: two segments of [rows, len] x [cols, len], len = cols of above */
+        const uint32_t len = cols, segs = 2;  /* CHECK_N holds both */
+        for (uint32_t i = 0; i < rows * inner; ++i) acc_ref[i] = acc_isa[i] = check_next();
+        ref_gemm_nt_s8(acc_ref, a, b, rows, inner, len, segs, rows * len, inner * len);
+        isa_gemm_nt_s8(acc_isa, a, b, rows, inner, len, segs, rows * len, inner * len);
+        if (memcmp(acc_ref, acc_isa, 4 * rows * inner)) return 140 + (int)t;
+    }
+    return 0;
+}
+
+static int check_rows(void) {
+    static const uint32_t lengths[] = {0, 1, 7, 8, 9, 16, 33, 1100};
+    for (uint32_t t = 0; t < sizeof lengths / sizeof lengths[0]; ++t)
+        for (int32_t s = 0; s < 32; ++s) {
+            const uint32_t n = lengths[t];
+            for (uint32_t i = 0; i < n; ++i) {
+                words[i] = check_word();
+                w8[i] = check_next();
+            }
+            if (ref_or_abs(words, n) != isa_or_abs(words, n)) return 200;
+            const uint32_t limit = s % 3 == 0 ? 0xFFFFFFFFu : 1u << (s % 3 == 1 ? s : 31 - s / 2);
+            const int32_t sat_ref = ref_round_rows(words, out_ref, n, s, limit);
+            if (sat_ref != isa_round_rows(words, out_isa, n, s, limit)
+                || memcmp(out_ref, out_isa, n)) return 210;
+            const int32_t psto_ref = ref_psto_rows(w8, words, out_ref, n, s, limit);
+            if (psto_ref != isa_psto_rows(w8, words, out_isa, n, s, limit)
+                || memcmp(out_ref, out_isa, n)) return 220;
+            memcpy(out_isa, w8, n);  /* in place, as ub_niti_update uses it */
+            isa_psto_rows(out_isa, words, out_isa, n, s, limit);
+            if (memcmp(out_ref, out_isa, n)) return 230;
+        }
+    return 0;
+}
+
 int main(void) {
-    static int8_t a[1100], b[1100];
-    static int32_t acc_ref[1100], acc_isa[1100];
     static const uint32_t lengths[] = {0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 127,
                                        128, 129, 255, 256, 257, 300, 1024, 1100};
     for (uint32_t t = 0; t < sizeof lengths / sizeof lengths[0]; ++t) {
@@ -54,7 +114,8 @@ int main(void) {
         for (uint32_t i = 0; i < n; ++i)
             if (acc_ref[i] != acc_isa[i]) return 50 + (int)t;
     }
-    return 0;
+    const int gemm = check_gemm();
+    return gemm ? gemm : check_rows();
 }
 """
 
