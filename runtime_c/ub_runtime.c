@@ -10,8 +10,7 @@ uint64_t ub_rng_next(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
-void ub_dropout_mask(uint64_t *state, float *mask, size_t n, float p) {
-    const float scale = (float)(1.0 / (1.0 - (double)p));
+void ub_dropout_mask(uint64_t *state, float *mask, size_t n, float p, float scale) {
     for (size_t i = 0; i < n; ++i) {
         /* 24 random bits give a uniform float in [0, 1) exactly. */
         const float u = (float)(ub_rng_next(state) >> 40) * (1.0f / 16777216.0f);

@@ -35,9 +35,11 @@ static inline int64_t ub_floormod_i64(int64_t a, int64_t b) { return a - ub_floo
 /* SplitMix64: a small, fast, seedable generator whose sequence is easy to reproduce. */
 uint64_t ub_rng_next(uint64_t *state);
 
-/* Fill `mask` with 0 (probability p) or 1/(1-p): the inverted-dropout mask. The masks differ
- * from PyTorch's (a different generator); their distribution is the same. */
-void ub_dropout_mask(uint64_t *state, float *mask, size_t n, float p);
+/* Fill `mask` with 0 (probability p) or `scale` = 1/(1-p): the inverted-dropout mask. The
+ * masks differ from PyTorch's (a different generator); their distribution is the same. The
+ * compiler computes `scale` (in double, rounded once), so that no target needs double
+ * arithmetic at run time (Hexagon v66 has no double divide). */
+void ub_dropout_mask(uint64_t *state, float *mask, size_t n, float p, float scale);
 
 /* UB_ERR_NONFINITE_LOSS when the loss is NaN or infinite. */
 int32_t ub_check_loss(const float *loss);

@@ -6,8 +6,7 @@
  * root), so they agree with the host bit for bit. exp, log and tanh use the textbook range
  * reductions with Taylor polynomials evaluated in float: within about 2 ulp of the correctly
  * rounded value on the ranges training meets, which keeps a training run within 1e-4 of the
- * host. Not provided yet: erff (GELU with approximate="none"), sinf, cosf, fmodf; a model
- * that needs one fails to link with that name. */
+ * host. erff, sinf and cosf are within a few ulp (see each); fmodf is exact. */
 #include <math.h>
 #include <stdint.h>
 
@@ -272,4 +271,113 @@ float tanhf(float x) {
         t = em / (em + 2.0f);
     }
     return x < 0.0f ? -t : t;
+}
+
+/* ---- error function ----------------------------------------------------------------------- */
+/* e^(-x^2) with x^2's rounding error too: x^2 = x2 + x2_lo, split exactly (Veltkamp). */
+static float ub_exp_minus_square(float ax) {
+    const float split = ax * 4097.0f; /* ax = hi + lo, hi with 12 bits: hi * hi is exact */
+    const float hi = split - (split - ax), lo = ax - hi;
+    const float x2 = ax * ax;
+    const float x2_lo = ((hi * hi - x2) + 2.0f * hi * lo) + lo * lo;
+    return expf(-x2) * (1.0f - x2_lo);
+}
+
+/* |x| < 1.5: erf x = 2/sqrt(pi) e^(-x^2) sum_n 2^n x^(2n+1) / (1*3*...*(2n+1)); every term is
+ * positive, so float sums it without the cancellation of erf's own alternating series.
+ * |x| >= 1.2: erf x = 1 - erfc x, erfc x = e^(-x^2) / (sqrt(pi) F), F the continued fraction
+ * x + (1/2)/(x + 1/(x + (3/2)/(x + ...))) evaluated from 40 terms up (erfc to 1e-9 absolute
+ * there). Beyond |x| = 3.92, erf rounds to +-1. */
+float erff(float x) {
+    if (x != x) return x;
+    const float ax = fabsf(x);
+    if (ax >= 3.92f) return x < 0.0f ? -1.0f : 1.0f;
+    if (ax < 2.44140625e-4f) return x * 1.12837916709551257f; /* 2^-12: the x^3 term rounds away */
+    float r;
+    if (ax < 1.2f) {
+        const float two_x2 = 2.0f * ax * ax;
+        float term = ax, sum = ax;
+        for (int n = 1; n < 40 && term > sum * 1.0e-9f; ++n) {
+            term *= two_x2 / (float)(2 * n + 1);
+            sum += term;
+        }
+        r = 1.12837916709551257f * ub_exp_minus_square(ax) * sum;
+    } else {
+        float f = ax;
+        for (int n = 40; n >= 1; --n) f = ax + (0.5f * (float)n) / f;
+        r = 1.0f - ub_exp_minus_square(ax) / (1.77245385090551603f * f);
+    }
+    return x < 0.0f ? -r : r;
+}
+
+/* ---- sine and cosine ---------------------------------------------------------------------- */
+/* x = k pi/2 + r with |r| <= pi/4: pi/2 in three parts (Cody and Waite), the first two short
+ * enough that k times them is exact for |k| < 2^12 (|x| below about 6400); beyond, the
+ * reduction loses bits as k grows. Then the Taylor polynomials of sin and cos on r. */
+static const float PIO2_1 = 1.5703125f;              /* 8 significant bits */
+static const float PIO2_2 = 4.838705062866211e-4f;  /* the next 12 bits */
+static const float PIO2_3 = -4.371138828673793e-8f;  /* the rest, rounded */
+static const float TWO_OVER_PI = 6.36619772367581343e-1f;
+
+static float ub_sin_poly(float r) {
+    const float z = r * r;
+    float p = -1.0f / 39916800.0f;
+    p = p * z + 1.0f / 362880.0f;
+    p = p * z - 1.0f / 5040.0f;
+    p = p * z + 1.0f / 120.0f;
+    p = p * z - 1.0f / 6.0f;
+    return r + r * z * p;
+}
+
+static float ub_cos_poly(float r) {
+    const float z = r * r;
+    float p = 1.0f / 479001600.0f;
+    p = p * z - 1.0f / 3628800.0f;
+    p = p * z + 1.0f / 40320.0f;
+    p = p * z - 1.0f / 720.0f;
+    p = p * z + 1.0f / 24.0f;
+    return (1.0f - 0.5f * z) + z * z * p;
+}
+
+/* sin (quadrant 0) or cos (quadrant 1) of x */
+static float ub_sincos(float x, int32_t quadrant) {
+    if (x != x || isinf(x)) return NAN;
+    const float kf = nearbyintf(x * TWO_OVER_PI);
+    const float r = ((x - kf * PIO2_1) - kf * PIO2_2) - kf * PIO2_3;
+    const uint32_t k = (uint32_t)((int32_t)kf + quadrant) & 3u;
+    switch (k) {
+    case 0: return ub_sin_poly(r);
+    case 1: return ub_cos_poly(r);
+    case 2: return -ub_sin_poly(r);
+    default: return -ub_cos_poly(r);
+    }
+}
+
+float sinf(float x) { return ub_sincos(x, 0); }
+float cosf(float x) { return ub_sincos(x, 1); }
+
+/* ---- remainder of a division -------------------------------------------------------------- */
+/* fmod(x, y) = x - trunc(x / y) y, which float represents exactly: the mantissas' long
+ * division, keeping the remainder, one exponent step at a time. */
+float fmodf(float x, float y) {
+    const uint32_t ux = as_u(x), uy = as_u(y);
+    const uint32_t sign = ux & 0x80000000u;
+    const uint32_t ax = ux & 0x7fffffffu, ay = uy & 0x7fffffffu;
+    if (ax >= 0x7f800000u || ay > 0x7f800000u || ay == 0) return NAN; /* x inf/NaN, y NaN/0 */
+    if (ax < ay) return x;
+    if (ax == ay) return as_f(sign);
+    int32_t ex, ey;
+    uint32_t mx = ub_unpack(ax, &ex), my = ub_unpack(ay, &ey);
+    for (; ex > ey; --ex) { /* mx < 2 my throughout */
+        if (mx >= my) mx -= my;
+        mx <<= 1;
+    }
+    if (mx >= my) mx -= my;
+    if (mx == 0) return as_f(sign);
+    while (mx < 0x800000u) { /* normalise; below exponent 1 the result is subnormal */
+        mx <<= 1;
+        --ey;
+    }
+    if (ey >= 1) return as_f(sign | ((uint32_t)ey << 23) | (mx & 0x7fffffu));
+    return as_f(sign | (mx >> (1 - ey)));
 }

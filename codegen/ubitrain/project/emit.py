@@ -86,8 +86,11 @@ class _CallPrinter:
     def ub_dropout_mask(self, call):
         (mask,) = call.args
         n = int(np.prod(mask.shape))
+        p = float(np.float32(call.attrs["p"]))
+        # 1/(1-p) in double, rounded once to float (p = 1 drops everything: no scale)
+        scale = float(np.float32(1.0 / (1.0 - p))) if p < 1.0 else 0.0
         return (f"ub_dropout_mask(&ctx->rng_state, {self.pointer(mask, True)}, {n}u, "
-                f"{c_float_literal(call.attrs['p'], 'float32')});")
+                f"{c_float_literal(p, 'float32')}, {c_float_literal(scale, 'float32')});")
 
     def ub_check_loss(self, call):
         return f"UB_TRY(ub_check_loss({self.pointer(call.args[0], False)}));"

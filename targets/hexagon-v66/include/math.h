@@ -23,4 +23,8 @@ float log2f(float x);
 float log1pf(float x);
 float powf(float x, float y);
 float tanhf(float x);
+float erff(float x);
+float sinf(float x);
+float cosf(float x);
+float fmodf(float x, float y);
 #endif
