@@ -133,6 +133,16 @@ def host_results(tmp_path_factory):
 @pytest.mark.parametrize("model_name", MODELS)
 @pytest.mark.parametrize("target", CROSS)
 def test_training_on_target_matches_host(target, model_name, host_results, tmp_path):
+    check_training_matches_host(target, model_name, host_results, tmp_path)
+
+
+def test_depthwise_model_trains_on_neon_like_host(host_results, tmp_path):
+    """MobileNetV2-style blocks (1x1 expand, depthwise 3x3 of stride 1 and 2, 1x1 project,
+    BatchNorm, ReLU6): the NEON depthwise and GEMM micro-kernels under qemu-aarch64."""
+    check_training_matches_host("aarch64-neon", "mobilenetv2_small", host_results, tmp_path)
+
+
+def check_training_matches_host(target, model_name, host_results, tmp_path):
     require_tools(target)
     model, batches = make_case(model_name)
     want, residue = host_results(model_name)
