@@ -3,6 +3,7 @@ joined by the offload interface over pipes: bit for bit the all-CPU int8 step an
 reference. A missing toolchain skips locally and fails in CI (CI=true)."""
 
 import numpy as np
+import pytest
 import torch
 from test_targets import require_tools
 
@@ -41,3 +42,36 @@ def test_split_step_equals_all_cpu_step(tmp_path):
         assert all(np.array_equal(sa[k], w) for k, w in ref.weights.items())
         assert np.array_equal(sa["niti.state"], ref.state)
         assert np.array_equal(a.predict(data[0][0]), b.predict(data[0][0]))
+
+
+def test_split_step_with_cpu_part_under_qemu_aarch64(tmp_path):
+    """The Android setting: the CPU part built for aarch64-neon (NEON kernels) runs under
+    qemu-aarch64, the DSP part under qemu-hexagon, the two emulators joined by FIFOs; several
+    steps in one pair of emulator processes, bit for bit the all-CPU int8 step on the host."""
+    require_tools("hexagon-v66")
+    require_tools("aarch64-neon")
+    gen = np.random.default_rng(1)
+    data = [(gen.standard_normal((8, 1, 8, 8)).astype(np.float32), gen.integers(0, 10, 8))
+            for _ in range(4)]
+    x, y = torch.from_numpy(data[0][0]), torch.from_numpy(data[0][1])
+    torch.manual_seed(1)
+    model = DigitsCNNNiti()
+    common = dict(mu=(5, 4), milestones=(2,), adaptive_rescale=True, max_interval=2)
+    split = ub.compile(model, (x,), y, precision="int8", target="hexagon-v66",
+                       optimizer=ub.NITI(dsp_offload=True, cpu_target="aarch64-neon", **common),
+                       out_dir=tmp_path / "split")
+    cpu = ub.compile(model, (x,), y, precision="int8", optimizer=ub.NITI(**common),
+                     out_dir=tmp_path / "cpu")
+    assert "__neon" in (tmp_path / "split" / "model.c").read_text()  # the Android CPU's kernels
+    with split.build() as a, cpu.build() as b:
+        for xb, yb in data:
+            assert a.step(xb, yb) == b.step(xb, yb)
+        sa, sb = a.int8_state(), b.int8_state()
+        assert sa.keys() == sb.keys()
+        assert all(np.array_equal(sa[k], sb[k]) for k in sb)
+        assert np.array_equal(a.predict(data[0][0]), b.predict(data[0][0]))
+
+
+def test_cpu_target_must_be_a_cpu():
+    with pytest.raises(ub.CompileError, match="cpu_target='cortex-m4'.*host, aarch64-neon"):
+        ub.NITI(dsp_offload=True, cpu_target="cortex-m4")

@@ -84,7 +84,8 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
     if config.dsp_offload and tgt.name != "hexagon-v66":
         raise CompileError(f"NITI(dsp_offload=True) splits the step for target='hexagon-v66', "
                            f"not {target!r}")
-    cpu_isa = "scalar" if config.dsp_offload else isa_for(tgt)  # the CPU part runs on the host
+    # a split step's CPU part runs where config.cpu_target says, with that ISA's kernels
+    cpu_isa = isa_for(get_target(config.cpu_target)) if config.dsp_offload else isa_for(tgt)
     progs = build_int8_programs(program, config, cpu_isa)
     plan = plan_memory([progs.train, progs.predict], alignment=tgt.alignment)
     if memory_budget is not None:
@@ -101,6 +102,7 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
         dsp = build_int8_programs(program, config, isa_for(tgt))
         offload.render_dsp(out_dir, model_name, progs.train, dsp.train, dsp.kernels, segments,
                            plan)
+        offload.render_cpu_driver(out_dir, model_name)
     render_project(out_dir, model_name, train, progs.predict, plan, kernels,
                    progs.state, progs.opt_state, list(program.weights), progs.inputs,
                    progs.labels, progs.output, program.classes)

@@ -9,6 +9,10 @@ same offsets: both parts are generated from one memory plan, so the DSP's graph 
 at compile time and each step only executes it. The CPU part's copy of the arena stays the
 master copy, so the split step computes exactly what the all-CPU step computes.
 
+The CPU part runs in this process (NITI(cpu_target="host")) or as a program under the
+Android CPU's emulator (cpu_target="aarch64-neon", render_cpu_driver), the DSP part always
+under qemu-hexagon; the two talk over pipes.
+
 Not done yet: overlapping CPU work with DSP work, and splitting the weight-gradient
 convolution by batch to fit the DSP's cache.
 """
@@ -120,6 +124,32 @@ def render_dsp(out_dir: Path, model_name: str, train: Program, dsp_train: Progra
     (dsp / "dsp_main.c").write_text(source)
     (dsp / "CMakeLists.txt").write_text(DSP_CMAKE)
     return dsp
+
+
+CPU_DRIVER_CMAKE = """cmake_minimum_required(VERSION 3.13)
+project(ub_offload_cpu C)
+set(CMAKE_C_STANDARD 99)
+# the model's library from the project one level up, its driver.c with main renamed
+add_subdirectory(${{CMAKE_CURRENT_SOURCE_DIR}}/.. model)
+set(UB_DRIVER_C ${{CMAKE_CURRENT_SOURCE_DIR}}/../driver.c)
+set_source_files_properties(${{UB_DRIVER_C}} PROPERTIES
+                            COMPILE_DEFINITIONS "UB_DRIVER_IO_STDIO;main=ub_driver_main")
+add_executable(ub_{m}_offload_driver offload_main.c ${{UB_DRIVER_C}})
+target_link_libraries(ub_{m}_offload_driver PRIVATE ub_{m})
+target_compile_options(ub_{m}_offload_driver PRIVATE -O2 -Wall)
+"""
+
+
+def render_cpu_driver(out_dir: Path, model_name: str) -> Path:
+    """out_dir/offload_cpu: the CPU part as a program for a CPU target's emulator (the Android
+    CPU under qemu-aarch64): the project's driver, after opening the session with the DSP
+    part on the two FIFOs named on its command line."""
+    cpu = out_dir / "offload_cpu"
+    cpu.mkdir(parents=True, exist_ok=True)
+    (cpu / "offload_main.c").write_text(
+        ENV.get_template("niti_offload.c.j2").render(variant="cpu_main", m=model_name))
+    (cpu / "CMakeLists.txt").write_text(CPU_DRIVER_CMAKE.format(m=model_name))
+    return cpu
 
 
 def build_dsp(dsp_dir: Path, toolchain: Path) -> Path:

@@ -1,15 +1,22 @@
-"""The split int8 step trained from Python: the CPU part built for the host and loaded with
-ctypes, the DSP part built for hexagon-v66 and run under qemu-hexagon, joined by the pipe
-transport (runtime_c/ub_offload_pipe.h) on the emulator's stdin and stdout."""
+"""The split int8 step trained from Python: the DSP part built for hexagon-v66 and run under
+qemu-hexagon, joined by the pipe transport (runtime_c/ub_offload_pipe.h) to the CPU part,
+which is either built for the host and loaded with ctypes (SplitTrainer) or built for the
+Android CPU and run as a driver program under qemu-aarch64 (EmulatedSplitTrainer, the two
+emulators joined by two FIFOs)."""
 
 from __future__ import annotations
 
 import ctypes
+import os
+import shlex
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from ..errors import BuildError, CompileError
 from ..runtime.build import cmake_build
+from ..runtime.emulated_trainer import EmulatedTrainer
 from ..runtime.host_trainer import HostTrainer
 from ..runtime.target_build import missing_tools, toolchain_file
 from ..targets import get_target
@@ -46,7 +53,57 @@ class SplitTrainer(HostTrainer):
             pass
 
 
-def start_split_trainer(package, seed: int = 0) -> SplitTrainer:
+class EmulatedSplitTrainer(EmulatedTrainer):
+    """The CPU part's driver under its emulator, its DSP segments in a qemu-hexagon process
+    reading requests from one FIFO and replying on another (in `fifo_dir`, removed on close).
+    The DSP part ends when the CPU part exits (end of its requests)."""
+
+    def __init__(self, command, package, dsp: subprocess.Popen, fifo_dir: str, **kwargs):
+        self.dsp, self.fifo_dir = dsp, fifo_dir
+        super().__init__(command, package, **kwargs)
+
+    def close(self, kill: bool = False):
+        super().close(kill=kill)
+        dsp = getattr(self, "dsp", None)
+        if dsp is not None and dsp.poll() is None:
+            try:
+                dsp.wait(timeout=0 if kill else 30)
+            except subprocess.TimeoutExpired:
+                dsp.kill()
+                dsp.wait()
+        shutil.rmtree(getattr(self, "fifo_dir", ""), ignore_errors=True)
+
+
+def start_emulated_split_trainer(package, seed: int = 0) -> EmulatedSplitTrainer:
+    cpu, dsp_target = get_target(package.config.cpu_target), get_target("hexagon-v66")
+    missing = missing_tools(cpu) + missing_tools(dsp_target)
+    if missing:
+        raise BuildError(f"the split step under emulators needs {', '.join(missing)}; run "
+                         "scripts/setup.sh")
+    out = Path(package.out_dir)
+    dsp_binary = build_dsp(out / "dsp", toolchain_file(dsp_target))
+    build = cmake_build(out / "offload_cpu", out / "offload_cpu" / f"build-{cpu.name}",
+                        shared=False, toolchain=toolchain_file(cpu))
+    binary = build / f"ub_{package.model_name}_offload_driver"
+    if not binary.is_file():
+        raise BuildError(f"the build produced no {binary.name} in {build}")
+    fifo_dir = tempfile.mkdtemp(prefix="ub_offload_")
+    to_dsp, from_dsp = os.path.join(fifo_dir, "to_dsp"), os.path.join(fifo_dir, "from_dsp")
+    os.mkfifo(to_dsp)
+    os.mkfifo(from_dsp)
+    # the shell, not this process, blocks opening the FIFOs until the CPU part opens its ends
+    dsp_cmd = shlex.join(dsp_target.emulator_command(str(dsp_binary.resolve())))
+    dsp = subprocess.Popen(["sh", "-c", f"exec {dsp_cmd} <{shlex.quote(to_dsp)} "
+                                        f">{shlex.quote(from_dsp)}"])
+    timeout = float(os.environ.get("UBITRAIN_EMULATOR_TIMEOUT", "600"))
+    return EmulatedSplitTrainer(cpu.emulator_command(str(binary.resolve())) + [to_dsp, from_dsp],
+                                package, dsp, fifo_dir, seed=seed, cwd=binary.parent,
+                                timeout=timeout)
+
+
+def start_split_trainer(package, seed: int = 0):
+    if package.config.cpu_target != "host":
+        return start_emulated_split_trainer(package, seed)
     target = get_target("hexagon-v66")
     missing = missing_tools(target)
     if missing:

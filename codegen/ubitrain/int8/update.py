@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 from ..errors import CompileError
 
+# Where the CPU part of a split step (dsp_offload) can run.
+CPU_TARGETS = ("host", "aarch64-neon")
+
 
 @dataclass(frozen=True)
 class NITI:
@@ -24,8 +27,10 @@ class NITI:
     every step (rescale.py); max_interval bounds the steps between two reductions.
     float_fallback: ATen ops (e.g. "aten.gelu") allowed to run as compile-time tables of
     their float function (fallback.py); elementwise ops only.
-    dsp_offload: with target="hexagon-v66", split the step into a CPU part (built for the
-    host) and a DSP part (Hexagon) by the placement (placement.py, offload.py)."""
+    dsp_offload: with target="hexagon-v66", split the step into a CPU part and a DSP part
+    (Hexagon) by the placement (placement.py, offload.py).
+    cpu_target: where the CPU part of a split step runs: "host" (loaded in this process) or
+    "aarch64-neon" (the Android CPU; built with its NEON kernels, run under qemu-aarch64)."""
 
     mu: tuple[int, ...] = (5, 4, 3)
     milestones: tuple[int, ...] = (200, 400)
@@ -33,6 +38,7 @@ class NITI:
     max_interval: int = 64
     float_fallback: tuple[str, ...] = ()
     dsp_offload: bool = False
+    cpu_target: str = "host"
 
     def __post_init__(self):
         mu, milestones = tuple(self.mu), tuple(self.milestones)
@@ -51,6 +57,9 @@ class NITI:
                 or any(m < 1 for m in milestones):
             raise CompileError(f"NITI(mu={mu}, milestones={milestones}): give one increasing "
                                f"positive step count per change of mu ({len(mu) - 1} here)")
+        if self.cpu_target not in CPU_TARGETS:
+            raise CompileError(f"NITI(cpu_target={self.cpu_target!r}): the CPU part of a split "
+                               f"step runs on one of {', '.join(CPU_TARGETS)}")
         if not 1 <= self.max_interval <= 1 << 20:
             raise CompileError(f"NITI(max_interval={self.max_interval}) must be in [1, 2^20]")
 
