@@ -86,7 +86,8 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
                            f"not {target!r}")
     # a split step's CPU part runs where config.cpu_target says, with that ISA's kernels
     cpu_isa = isa_for(get_target(config.cpu_target)) if config.dsp_offload else isa_for(tgt)
-    progs = build_int8_programs(program, config, cpu_isa)
+    cache = config.dsp_cache_bytes if tgt.name == "hexagon-v66" else None
+    progs = build_int8_programs(program, config, cpu_isa, cache)
     plan = plan_memory([progs.train, progs.predict], alignment=tgt.alignment)
     if memory_budget is not None:
         from ..memory.budget import check_budget
@@ -99,7 +100,7 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
         segments = offload.segments_of(progs.train, placement)
         train = offload.split_program(progs.train, segments)
         kernels = kernels + [offload.cpu_source(model_name, segments, plan)]
-        dsp = build_int8_programs(program, config, isa_for(tgt))
+        dsp = build_int8_programs(program, config, isa_for(tgt), cache)
         offload.render_dsp(out_dir, model_name, progs.train, dsp.train, dsp.kernels, segments,
                            plan)
         offload.render_cpu_driver(out_dir, model_name)

@@ -126,6 +126,17 @@ def _patch_bytes(layer: Conv) -> int:
     return b * oh * ow * layer.in_shape[1] * layer.kernel[0] * layer.kernel[1]
 
 
+def weight_grad_chunk(layer: Conv, cache_bytes: int | None) -> int:
+    """Images per chunk of a weight-gradient convolution: as many as keep one chunk's
+    patches, errors and inputs within `cache_bytes` (None: the whole batch), at least one."""
+    b, o, oh, ow = layer.out_shape
+    if layer.linear or cache_bytes is None:
+        return b
+    _, c, h, w = layer.in_shape
+    per_image = oh * ow * (c * layer.kernel[0] * layer.kernel[1] + o) + c * h * w
+    return max(1, min(b, cache_bytes // per_image))
+
+
 def _macs(layer: Conv) -> dict:
     """Multiply-accumulates of each of the layer's three products (placement.py's costs)."""
     b, o, oh, ow = layer.out_shape
@@ -136,7 +147,10 @@ def _op(layer: Conv) -> str:
     return "linear" if layer.linear else "conv2d"
 
 
-def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar") -> Int8Programs:
+def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar",
+                        cache_bytes: int | None = None) -> Int8Programs:
+    """`cache_bytes`: the working-set bound of a weight-gradient convolution (a DSP's cache),
+    which splits it by images (weight_grad_chunk); None keeps the whole batch together."""
     bld = _Builder(program, config, isa)
     batch = program.input_shape[0]
     x = Slot(c_ident(program.input_name), program.input_shape, "float32", "input")
@@ -237,12 +251,15 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
                                   scratch=bld.scratch(4 * elements(layer.in_shape) + col),
                                   attrs=_macs(layer)))
             n_w = elements(layer.weight_shape)
+            chunk = weight_grad_chunk(layer, cache_bytes)
             name = bld.kernel(_conv_template(layer), _op(layer) + "_filter_grad_update", i,
                               variant="filter_update", site=site_offset(layer.grad_site),
                               mode=train_mode, max_interval=config.max_interval,
-                              schedule=schedule, im2col=bld.im2col(i, layer), **params)
+                              schedule=schedule, im2col=bld.im2col(i, layer), chunk=chunk,
+                              **params)
+            patches = _patch_bytes(layer) // layer.out_shape[0] * chunk
             calls.append(Call(name, [x_in, err, state_vec, w], [2, 3],
-                              scratch=bld.scratch(5 * n_w + _patch_bytes(layer)),
+                              scratch=bld.scratch(5 * n_w + patches),
                               attrs=_macs(layer)))
             err = err_in
         elif isinstance(layer, ReLU):

@@ -15,6 +15,12 @@ from dataclasses import dataclass
 
 from ..errors import CompileError
 
+# The working-set bound of a weight-gradient convolution on hexagon-v66: half of the 512 KiB
+# L2 we assume for the v66 compute DSP (Snapdragon 855 class; not from a Qualcomm datasheet),
+# the other half left to the weights, the int32 gradient and the code. NITI(dsp_cache_bytes=)
+# overrides it.
+DSP_CACHE_BYTES = 256 * 1024
+
 # Where the CPU part of a split step (dsp_offload) can run.
 CPU_TARGETS = ("host", "aarch64-neon")
 
@@ -30,7 +36,10 @@ class NITI:
     dsp_offload: with target="hexagon-v66", split the step into a CPU part and a DSP part
     (Hexagon) by the placement (placement.py, offload.py).
     cpu_target: where the CPU part of a split step runs: "host" (loaded in this process) or
-    "aarch64-neon" (the Android CPU; built with its NEON kernels, run under qemu-aarch64)."""
+    "aarch64-neon" (the Android CPU; built with its NEON kernels, run under qemu-aarch64).
+    dsp_cache_bytes: with target="hexagon-v66", the cache a weight-gradient convolution's
+    working set (patches, errors, inputs of its images) must fit; it goes image chunk by image
+    chunk when the batch does not fit (DSP_CACHE_BYTES by default)."""
 
     mu: tuple[int, ...] = (5, 4, 3)
     milestones: tuple[int, ...] = (200, 400)
@@ -39,6 +48,7 @@ class NITI:
     float_fallback: tuple[str, ...] = ()
     dsp_offload: bool = False
     cpu_target: str = "host"
+    dsp_cache_bytes: int = DSP_CACHE_BYTES
 
     def __post_init__(self):
         mu, milestones = tuple(self.mu), tuple(self.milestones)
@@ -60,6 +70,8 @@ class NITI:
         if self.cpu_target not in CPU_TARGETS:
             raise CompileError(f"NITI(cpu_target={self.cpu_target!r}): the CPU part of a split "
                                f"step runs on one of {', '.join(CPU_TARGETS)}")
+        if self.dsp_cache_bytes < 1:
+            raise CompileError(f"NITI(dsp_cache_bytes={self.dsp_cache_bytes}) must be positive")
         if not 1 <= self.max_interval <= 1 << 20:
             raise CompileError(f"NITI(max_interval={self.max_interval}) must be in [1, 2^20]")
 
