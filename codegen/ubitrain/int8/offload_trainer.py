@@ -74,7 +74,9 @@ class EmulatedSplitTrainer(EmulatedTrainer):
         shutil.rmtree(getattr(self, "fifo_dir", ""), ignore_errors=True)
 
 
-def start_emulated_split_trainer(package, seed: int = 0) -> EmulatedSplitTrainer:
+def build_emulated_split(package) -> tuple:
+    """(CPU target, CPU part's driver program, DSP part's program) of a split package whose
+    CPU part runs under an emulator."""
     cpu, dsp_target = get_target(package.config.cpu_target), get_target("hexagon-v66")
     missing = missing_tools(cpu) + missing_tools(dsp_target)
     if missing:
@@ -87,16 +89,29 @@ def start_emulated_split_trainer(package, seed: int = 0) -> EmulatedSplitTrainer
     binary = build / f"ub_{package.model_name}_offload_driver"
     if not binary.is_file():
         raise BuildError(f"the build produced no {binary.name} in {build}")
+    return cpu, binary.resolve(), dsp_binary.resolve()
+
+
+def start_dsp(dsp_binary: Path, emulator_flags: tuple[str, ...] = (), **popen) -> tuple:
+    """The DSP part under qemu-hexagon on two new FIFOs: (process, FIFO directory, the FIFO
+    to the DSP, the FIFO from it). The shell, not this process, blocks opening the FIFOs
+    until the CPU part opens its ends."""
     fifo_dir = tempfile.mkdtemp(prefix="ub_offload_")
     to_dsp, from_dsp = os.path.join(fifo_dir, "to_dsp"), os.path.join(fifo_dir, "from_dsp")
     os.mkfifo(to_dsp)
     os.mkfifo(from_dsp)
-    # the shell, not this process, blocks opening the FIFOs until the CPU part opens its ends
-    dsp_cmd = shlex.join(dsp_target.emulator_command(str(dsp_binary.resolve())))
-    dsp = subprocess.Popen(["sh", "-c", f"exec {dsp_cmd} <{shlex.quote(to_dsp)} "
-                                        f">{shlex.quote(from_dsp)}"])
+    cmd = get_target("hexagon-v66").emulator_command(str(dsp_binary))
+    cmd = shlex.join([cmd[0], *emulator_flags, *cmd[1:]])
+    dsp = subprocess.Popen(["sh", "-c", f"exec {cmd} <{shlex.quote(to_dsp)} "
+                                        f">{shlex.quote(from_dsp)}"], **popen)
+    return dsp, fifo_dir, to_dsp, from_dsp
+
+
+def start_emulated_split_trainer(package, seed: int = 0) -> EmulatedSplitTrainer:
+    cpu, binary, dsp_binary = build_emulated_split(package)
+    dsp, fifo_dir, to_dsp, from_dsp = start_dsp(dsp_binary)
     timeout = float(os.environ.get("UBITRAIN_EMULATOR_TIMEOUT", "600"))
-    return EmulatedSplitTrainer(cpu.emulator_command(str(binary.resolve())) + [to_dsp, from_dsp],
+    return EmulatedSplitTrainer(cpu.emulator_command(str(binary)) + [to_dsp, from_dsp],
                                 package, dsp, fifo_dir, seed=seed, cwd=binary.parent,
                                 timeout=timeout)
 
