@@ -74,7 +74,7 @@ class _Builder:
         if layer.linear:
             return None
         return self.kernel("niti_conv2d.c.j2", "im2col", layer_index, variant="im2col",
-                           **_conv_params(layer))
+                           isa=self.isa, **_conv_params(layer))
 
     def tables(self, layer_index: int, layer: Elementwise) -> str:
         """The tables of a float-fallback op, emitted once before their first user."""
