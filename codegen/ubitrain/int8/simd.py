@@ -129,18 +129,21 @@ endif()
 if(UB_TARGET_LIBS)
   target_link_libraries(ub_simd_check PRIVATE ${UB_TARGET_LIBS})
 endif()
-target_compile_options(ub_simd_check PRIVATE -O2 -Wall)
+target_compile_options(ub_simd_check PRIVATE -O2 -Wall ${UB_CHECK_FLAGS})
 """
 
 
-def build_check(target: Target, isa: str, work: Path, toolchain: Path | None) -> Path:
-    """The check program of `isa` against scalar, built for `target`."""
+def build_check(target: Target, isa: str, work: Path, toolchain: Path | None,
+                flags: str = "") -> Path:
+    """The check program of `isa` against scalar, built for `target` (plus compiler `flags`,
+    e.g. -march=armv8.2-a+dotprod for NEON's SDOT path)."""
     work.mkdir(parents=True, exist_ok=True)
     source = ("#include <stdint.h>\n#include <string.h>\n" + render_simd("scalar", "ref_")
               + render_simd(isa, "isa_") + CHECK_MAIN)
     (work / "check.c").write_text(source)
     (work / "CMakeLists.txt").write_text(CHECK_CMAKE)
-    build = cmake_build(work, work / "build", shared=False, toolchain=toolchain)
+    build = cmake_build(work, work / "build", shared=False, toolchain=toolchain,
+                        extra_args=(f"-DUB_CHECK_FLAGS={flags}",) if flags else ())
     binary = build / "ub_simd_check"
     if not binary.is_file():
         raise BuildError(f"the SIMD check program was not built in {build}")
