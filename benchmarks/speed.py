@@ -10,7 +10,8 @@ Everything runs on one thread, in one process, side by side:
 - PyTorch: eager, `torch.set_num_threads(1)`; zero_grad, forward, loss, backward,
   `optimizer.step()` with the same SGD-momentum.
 - TVM: `tvm.compile` of the Relax training module (`build_training_module(...).mod`, the
-  same forward + loss + gradient graph the C is built from) with `target="llvm -mcpu=<host>"`
+  same forward + loss + gradient graph the C is built from, its fused BatchNorm and
+  cross-entropy ops legalized into ubitrain's kernels) with `target="llvm -mcpu=<host>"`
   and TVM's default Relax pipeline (LegalizeOps, FuseOps, FuseTIR, default TIR passes), run
   by `relax.VirtualMachine` with `TVM_NUM_THREADS=1`. That module returns the loss, the new
   BatchNorm buffers and the gradients; it has no optimizer update (ubitrain adds the update
@@ -133,6 +134,7 @@ def time_tvm(model, x, y, repeat: int, warmup: int):
     import tvm
     from tvm import relax
 
+    from ubitrain.lowering.fused_kernels import legalize_fused_ops
     from ubitrain.training.graph import build_training_module
 
     start = time.perf_counter()
@@ -142,6 +144,7 @@ def time_tvm(model, x, y, repeat: int, warmup: int):
     for gvar, func in tm.mod.functions.items():  # kernels the gradient rules emitted
         if gvar.name_hint not in ("main", "predict"):
             mod[gvar] = func
+    mod = legalize_fused_ops(mod, "float64")  # ubitrain's fused BatchNorm and loss kernels
     target = tvm.target.Target({"kind": "llvm", "mcpu": _llvm_cpu()})
     exe = tvm.compile(mod, target=target)
     vm = relax.VirtualMachine(exe, tvm.cpu())

@@ -21,6 +21,7 @@ from tvm import relax
 from tvm.relax import op as R
 
 from ..errors import UnsupportedOpError
+from ..training.batch_norm import batch_norm_train
 
 aten = torch.ops.aten
 ATEN_CONVERTERS: dict = {}
@@ -239,30 +240,12 @@ def _affine(ctx, y, w, b, reshape):
 
 @converts(aten._native_batch_norm_legit_functional.default)
 def _batch_norm_train(ctx, node, x, w, b, running_mean, running_var, training, momentum, eps):
-    rank = len(shape_of(x))
-    axes = [0] + list(range(2, rank))
-    mean = ctx.emit(R.mean(x, axis=axes, keepdims=True))
-    var = ctx.emit(R.variance(x, axis=axes, keepdims=True))
-    y = _affine(ctx, _normalize(ctx, x, mean, var, eps), w, b, lambda v: _channel(ctx, v, rank))
-    c = shape_of(x)[1]
-    count = math.prod(shape_of(x)) // c
-    if count < 2:
+    """One fused op, one kernel each way (training/batch_norm.py). aten's outputs: y, the
+    batch mean and inverse std, the new running mean and variance."""
+    if math.prod(shape_of(x)) // shape_of(x)[1] < 2:
         unsupported(ctx, "BatchNorm in training mode over a single value per channel",
                     "use a batch with more than one value per channel")
-    # PyTorch's running statistics: momentum-weighted, with the unbiased batch variance.
-    keep = as_expr(1.0 - momentum, x)
-    new_mean = ctx.emit(R.add(ctx.emit(R.multiply(running_mean, keep)),
-                              ctx.emit(R.multiply(ctx.emit(R.reshape(mean, (c,))),
-                                                  as_expr(momentum, x)))))
-    unbiased = ctx.emit(R.multiply(ctx.emit(R.reshape(var, (c,))),
-                                   as_expr(momentum * count / (count - 1), x)))
-    new_var = ctx.emit(R.add(ctx.emit(R.multiply(running_var, keep)), unbiased))
-    # aten's outputs 1 and 2 are the per-channel batch mean and inverse std (unused by the
-    # exported graphs of nn.BatchNorm*, so dead-code elimination drops them).
-    save_mean = ctx.emit(R.reshape(mean, (c,)))
-    save_rstd = ctx.emit(R.rsqrt(ctx.emit(R.add(ctx.emit(R.reshape(var, (c,))),
-                                                as_expr(eps, x)))))
-    return (y, save_mean, save_rstd, new_mean, new_var)
+    return batch_norm_train(ctx.bb, x, w, b, running_mean, running_var, momentum, eps)
 
 
 @converts(aten._native_batch_norm_legit_no_training.default)

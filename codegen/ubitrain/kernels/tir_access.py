@@ -145,13 +145,24 @@ def one_to_one(indices, loops) -> bool:
     return len(result.indices) == 1
 
 
-def in_place_pairs(func: tirx.PrimFunc) -> list[tuple[int, int]]:
-    """(input index, output index) of every parameter pair that may share storage."""
+def in_place_pairs(func: tirx.PrimFunc, earlier_reads: bool = True) -> list[tuple[int, int]]:
+    """(input index, output index) of every parameter pair that may share storage.
+
+    With `earlier_reads`, the input may also be read in loop nests that end before the
+    output's nest starts (a fused kernel's reductions, e.g. BatchNorm's statistics), unless
+    the output already holds an internal buffer there (`output_reuse`)."""
     try:
         acc = Access(func)
     except UnknownTir:
         return []
-    params = list(func.params)
+    strict = _pairs(acc, list(func.params), False)
+    if not earlier_reads:
+        return strict
+    holds_tmp = set(_output_reuse(acc, list(func.params), strict).values())
+    return [(k, o) for k, o in _pairs(acc, list(func.params), True) if o not in holds_tmp]
+
+
+def _pairs(acc: Access, params, earlier_reads: bool) -> list[tuple[int, int]]:
     stored = {p for p, *_ in acc.stores}
     loaded = {p for p, *_ in acc.loads}
     pairs = []
@@ -161,18 +172,25 @@ def in_place_pairs(func: tirx.PrimFunc) -> list[tuple[int, int]]:
         stores = [s for s in acc.stores if s[0] == o]
         if len(stores) != 1:
             continue
-        _, index, loops, conditional, sid, _ = stores[0]
+        _, index, loops, conditional, sid, order = stores[0]
         if conditional or not one_to_one(index, loops):
             continue
+        start = _nest_start(acc, order) if earlier_reads else 0
         for k, inp in enumerate(params):
             if k == o or k in stored or str(inp.dtype) != str(out.dtype) or \
                     elements(inp) != elements(out):
                 continue
-            uses = [(idx, within) for p, idx, within, _ in acc.loads if p == k]
+            uses = [(idx, within) for p, idx, within, t in acc.loads if p == k and t >= start]
             if uses and all(within == sid and tvm_ffi.structural_equal(idx, index)
                             for idx, within in uses):
                 pairs.append((k, o))
     return pairs
+
+
+def _nest_start(acc: Access, order: int) -> int:
+    """The order of the first access in the outermost loop nest around access `order`."""
+    outer = acc.nest[order]
+    return min(t for t, v in acc.nest.items() if _same(v, outer)) if outer is not None else 0
 
 
 def output_reuse(func: tirx.PrimFunc) -> dict:
@@ -188,10 +206,14 @@ def output_reuse(func: tirx.PrimFunc) -> dict:
         acc = Access(func)
     except UnknownTir:
         return {}
-    reuse = {}
     params = list(func.params)
+    return _output_reuse(acc, params, _pairs(acc, params, False))
+
+
+def _output_reuse(acc: Access, params, pairs) -> dict:
+    reuse = {}
     loaded = {k for k, *_ in acc.loads}
-    may_share = {o for _, o in in_place_pairs(func)}
+    may_share = {o for _, o in pairs}
     for o, out in enumerate(params):
         stores = [s for s in acc.stores if s[0] == o]
         if o in loaded or o in may_share or len(stores) != 1:

@@ -19,6 +19,7 @@ from ..errors import CompileError
 from ..kernels import microkernels
 from ..kernels.library import KernelLibrary
 from ..kernels.microkernels import tagging_legalizations
+from ..lowering.fused_kernels import legalize_fused_ops
 from ..lowering.fusion import fuse_kernels
 from ..lowering.reductions import reduction_legalizations
 from ..training.graph import TrainingModule
@@ -31,6 +32,7 @@ def legalize(mod: tvm.IRModule, accumulate_dtype: str = "float32") -> tvm.IRModu
     custom.update(tagging_legalizations())  # conv/matmul PrimFuncs remember their op
     if accumulate_dtype != "float32":
         custom.update(reduction_legalizations(accumulate_dtype))
+    mod = legalize_fused_ops(mod, accumulate_dtype)  # fused BatchNorm, cross-entropy
     mod = relax.transform.LegalizeOps(customize_legalize_map=custom)(mod)
     return relax.transform.DeadCodeElimination(["main", "predict"])(mod)
 

@@ -22,6 +22,8 @@ from tvm.relax import op as R
 from tvm.relax.op.base import register_gradient
 from tvm.relax.op.grad import no_grad
 
+from . import batch_norm, softmax_cross_entropy
+from .fused_ops import fused_gradient
 from .pool_grad import avg_pool2d_backward, max_pool2d_backward
 
 # Above TVM's own level (10), so these rules take precedence where TVM has one.
@@ -157,6 +159,11 @@ GRADIENT_RULES = {
     "relax.clip": clip_grad,
     "relax.erf": erf_grad,
     "relax.variance": variance_grad,
+    # Fused training ops (training/fused_ops.py), by op name.
+    "relax.call_dps_packed": fused_gradient({
+        batch_norm.FORWARD: batch_norm.batch_norm_train_grad,
+        softmax_cross_entropy.FORWARD: softmax_cross_entropy.softmax_cross_entropy_grad,
+    }),
 }
 
 # Legalizations of the ops that gradient rules emit, where TOPI's kernel is wrong.
