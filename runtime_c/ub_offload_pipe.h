@@ -40,7 +40,9 @@ static int32_t ub_offload_pipe_read(int fd, void *dst, uint32_t n) {
     return UB_OK;
 }
 
-static int32_t ub_offload_pipe_invoke(void *transport, uint32_t method,
+/* The request goes out whole (IN buffers copied into the pipe), so the remote side works
+ * while the caller goes on; `wait` reads the reply. */
+static int32_t ub_offload_pipe_submit(void *transport, uint32_t method,
                                       const ub_offload_buffer *buffers, uint32_t count) {
     const ub_offload_pipe *t = (const ub_offload_pipe *)transport;
     const uint32_t head[2] = {method, count};
@@ -51,9 +53,15 @@ static int32_t ub_offload_pipe_invoke(void *transport, uint32_t method,
         if (status == UB_OK && (buffers[i].flags & UB_OFFLOAD_IN))
             status = ub_offload_pipe_write(t->to_remote, buffers[i].data, buffers[i].bytes);
     }
-    if (status != UB_OK) return status;
+    return status;
+}
+
+static int32_t ub_offload_pipe_wait(void *transport, uint32_t method,
+                                    const ub_offload_buffer *buffers, uint32_t count) {
+    const ub_offload_pipe *t = (const ub_offload_pipe *)transport;
+    (void)method;
     int32_t remote = 0;
-    status = ub_offload_pipe_read(t->from_remote, &remote, sizeof remote);
+    int32_t status = ub_offload_pipe_read(t->from_remote, &remote, sizeof remote);
     if (status != UB_OK) return status;
     if (remote != UB_OK) return remote;
     for (uint32_t i = 0; status == UB_OK && i < count; ++i)
@@ -74,7 +82,8 @@ static inline void ub_offload_pipe_open(ub_offload *h, ub_offload_pipe *t, int t
     t->to_remote = to_remote;
     t->from_remote = from_remote;
     h->transport = t;
-    h->invoke = ub_offload_pipe_invoke;
+    h->submit = ub_offload_pipe_submit;
+    h->wait = ub_offload_pipe_wait;
     h->close = ub_offload_pipe_close;
 }
 

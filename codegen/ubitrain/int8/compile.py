@@ -34,6 +34,7 @@ def _package_type():
         layer_program: LayerProgram | None = field(default=None, repr=False)
         placement: list | None = field(default=None, repr=False)  # hexagon-v66: DSP / CPU
         segments: list | None = field(default=None, repr=False)  # dsp_offload: DSP methods
+        overlaps: list | None = field(default=None, repr=False)  # CPU kernels during each
         config: NITI | None = None
         precision: str = "int8"
 
@@ -94,12 +95,14 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
         check_budget(plan, memory_budget)
     check_board_fit(tgt, plan, progs.inputs, progs.labels, progs.output)
     placement = place(progs.train) if tgt.name == "hexagon-v66" else None
-    train, kernels, segments = progs.train, progs.kernels, None
+    train, kernels, segments, overlaps = progs.train, progs.kernels, None, None
     if config.dsp_offload:
-        from . import offload
+        from . import offload, overlap
         segments = offload.segments_of(progs.train, placement)
         train = offload.split_program(progs.train, segments)
-        kernels = kernels + [offload.cpu_source(model_name, segments, plan)]
+        overlaps = overlap.schedule(train, segments, plan)
+        train = overlap.apply(train, overlaps)
+        kernels = kernels + [offload.cpu_source(model_name, segments, plan, overlaps)]
         dsp = build_int8_programs(program, config, isa_for(tgt), cache)
         offload.render_dsp(out_dir, model_name, progs.train, dsp.train, dsp.kernels, segments,
                            plan)
@@ -114,4 +117,4 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
         programs={"train_step": progs.train, "predict": progs.predict, "cpu_part": train},
         kernel_count=len(progs.kernels) - 2, compile_seconds=time.perf_counter() - start,
         layer_program=program, config=config,
-        placement=placement, segments=segments)
+        placement=placement, segments=segments, overlaps=overlaps)

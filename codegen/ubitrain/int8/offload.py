@@ -13,8 +13,9 @@ The CPU part runs in this process (NITI(cpu_target="host")) or as a program unde
 Android CPU's emulator (cpu_target="aarch64-neon", render_cpu_driver), the DSP part always
 under qemu-hexagon; the two talk over pipes.
 
-Not done yet: overlapping CPU work with DSP work, and splitting the weight-gradient
-convolution by batch to fit the DSP's cache.
+The CPU part submits each segment and waits for it as late as the data allow (overlap.py);
+the weight-gradient convolutions go image chunk by image chunk within the DSP's cache budget
+(program.py, weight_grad_chunk).
 """
 
 from __future__ import annotations
@@ -90,10 +91,12 @@ def split_program(train: Program, segments: list[Segment]) -> Program:
     return Program(train.name, calls)
 
 
-def cpu_source(model_name: str, segments: list[Segment], plan) -> str:
+def cpu_source(model_name: str, segments: list[Segment], plan, overlaps) -> str:
+    during = {ov.method: ov.kernels for ov in overlaps}
     return ENV.get_template("niti_offload.c.j2").render(
         variant="cpu", m=model_name,
-        segments=[dict(method=s.method, buffers=s.buffers(plan), kernels=[]) for s in segments])
+        segments=[dict(method=s.method, buffers=s.buffers(plan), overlap=during[s.method])
+                  for s in segments])
 
 
 def _statement(kernel: str, call: Call, plan) -> str:
