@@ -8,6 +8,8 @@
   a small instance, and its memory model never undercounts the rewritten program.
 * A budget below what any plan reaches fails with the smallest budget that works, and that
   budget then compiles and fits.
+* These tests pin micro_batches=1: keep / recompute / page alone give the same bits
+  (micro-batching is tested in test_micro_batching.py).
 * On a microcontroller target (built by its cross compiler, run under QEMU), the driver
   pages through semihosted files and trains bit-identically to its unconstrained build.
 """
@@ -80,7 +82,7 @@ def test_tight_budget_recomputes_and_pages_bit_identically(tmp_path):
     # is one fused kernel, the plans closer to the smallest page only.
     smallest = _smallest_budget(model, x, y, opt, "host", tmp_path / "too_small")
     budget = smallest + (plain.memory_plan.arena_bytes - smallest) // 10
-    pkg = ub.compile(model, (x,), y, optimizer=opt, memory_budget=budget,
+    pkg = ub.compile(model, (x,), y, optimizer=opt, memory_budget=budget, micro_batches=1,
                      out_dir=tmp_path / "budget")
     assert check_emitted_plan(pkg) == pkg.memory_plan.arena_bytes <= budget
     decisions = {b.decision for b in pkg.memory_plan.buffers}
@@ -123,13 +125,13 @@ def test_tightest_budget_with_dropout_and_batchnorm(tmp_path):
     model, x, y = DropoutNet(), torch.randn(4, 3, 8, 8), torch.randint(0, 5, (4,))
     opt = ub.Adam(lr=1e-2)
     with pytest.raises(ub.CompileError) as err:
-        ub.compile(model, (x,), y, optimizer=opt, memory_budget="1KiB",
+        ub.compile(model, (x,), y, optimizer=opt, memory_budget="1KiB", micro_batches=1,
                    out_dir=tmp_path / "no")
     message = str(err.value)
     assert "batch 4" in message and "target 'host'" in message
     smallest = int(re.search(r"smallest budget that works is ([\d,]+) bytes",
                              message).group(1).replace(",", ""))
-    pkg = ub.compile(model, (x,), y, optimizer=opt, memory_budget=smallest,
+    pkg = ub.compile(model, (x,), y, optimizer=opt, memory_budget=smallest, micro_batches=1,
                      out_dir=tmp_path / "tight")
     plain = ub.compile(model, (x,), y, optimizer=opt, out_dir=tmp_path / "plain")
     assert check_emitted_plan(pkg) <= smallest < plain.memory_plan.arena_bytes
@@ -210,7 +212,7 @@ def test_report_marks_recomputed_and_paged_buffers(tmp_path, capsys):
 def _smallest_budget(model, x, y, opt, target, out_dir):
     with pytest.raises(ub.CompileError) as err:
         ub.compile(model, (x,), y, optimizer=opt, target=target, memory_budget=1,
-                   out_dir=out_dir)
+                   micro_batches=1, out_dir=out_dir)
     found = re.search(r"smallest budget that works is ([\d,]+) bytes", str(err.value))
     return int(found.group(1).replace(",", ""))
 
@@ -227,7 +229,7 @@ def test_paging_on_a_microcontroller_under_qemu(tmp_path):
     opt = ub.SGD(lr=0.05, momentum=0.9)
     smallest = _smallest_budget(model, x, y, opt, target, tmp_path / "no")
     pkg = ub.compile(model, (x,), y, optimizer=opt, target=target, memory_budget=smallest,
-                     out_dir=tmp_path / "budget")
+                     micro_batches=1, out_dir=tmp_path / "budget")
     assert check_emitted_plan(pkg) <= smallest
     assert any(c.kernel == "ub_page_out" for c in pkg.programs["train_step"].calls)
     plain = ub.compile(model, (x,), y, optimizer=opt, target=target, out_dir=tmp_path / "plain")

@@ -22,7 +22,8 @@ from ubitrain.memory.arena_planner import ArenaPlanner
 from ubitrain.memory.greedy_planner import GreedyPlanner
 from ubitrain.zoo import ZOO
 
-STATEMENT = re.compile(r"^\s*(UB_TRY\(|memcpy\(|ub_dropout_mask\(|\{ )")
+STATEMENT = re.compile(r"^\s*(UB_TRY\(|memcpy\(|memset\(|ub_dropout_mask\(|\{ "
+                       r"|for \(uint32_t ub_mb |\} /\* next micro-batch)")
 POINTER = re.compile(r"A \+ (\d+)u")
 
 

@@ -14,6 +14,12 @@ import torch
 from .errors import CompileError
 from .frontend.onnx_import import is_onnx_model, load_onnx
 from .kernels.library import KernelLibrary
+from .memory.micro_batching import (
+    batch_coupled_layers,
+    check_micro_batches,
+    fit_micro_batched,
+    warn_batch_coupled,
+)
 from .memory.plan import MemoryPlan, plan_memory
 from .optim import OPTIMIZERS, SGD
 from .program.build import build_programs
@@ -100,13 +106,46 @@ def _check_out_dir(out_dir: Path):
                            f"{str(probe)!r}); pass a directory you can write to")
 
 
+@dataclass
+class _Lowered:
+    """The step lowered at one number of micro-batches, with its unconstrained plan."""
+
+    tm: object
+    library: KernelLibrary
+    train: Program
+    predict: Program
+    state: dict
+    opt_state: dict
+    inputs: list[Slot]
+    labels: Slot
+    output: Slot
+    frozen: dict
+    folded_bytes: int
+    plan: MemoryPlan
+
+
+def _lower(tm, optimizer, tgt, fusion) -> _Lowered:
+    library = KernelLibrary(tgt.isa)
+    train, predict, state, opt_state, inputs, label_slot, output = build_programs(
+        tm, optimizer, library, tgt.accumulate_dtype, fusion)
+    frozen, folded_bytes = {}, 0
+    if tgt.frozen_state_in_flash:
+        frozen = keep_frozen_state_in_flash([train, predict], state)
+        folded_bytes = fold_frozen_calls([train, predict], library)
+    plan = plan_memory([train, predict], alignment=tgt.alignment)
+    return _Lowered(tm, library, train, predict, state, opt_state, inputs, label_slot, output,
+                    frozen, folded_bytes, plan)
+
+
 def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimizer=None,
             trainable=None, target: str = "host", precision: str = "fp32",
             memory_budget=None, out_dir="build/model", progress: bool | None = None,
-            fusion: bool = True) -> Package:
+            fusion: bool = True, micro_batches: int | None = None) -> Package:
     """`progress`: a bar on stderr over the compile steps (None: when stderr is a terminal).
     `fusion=False` keeps one kernel per op (lowering/fusion.py), for debugging: the results
-    are the same bit for bit."""
+    are the same bit for bit. `micro_batches=k` runs each step as k micro-batches of
+    batch/k samples with gradient accumulation (program/micro_batch.py); None lets a
+    `memory_budget` choose k (memory/micro_batching.py), else 1."""
     start = time.perf_counter()
     tgt = get_target(target)
     if loss not in LOSSES:
@@ -114,6 +153,9 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
     if precision not in PRECISIONS:
         raise CompileError(f"precision {precision!r} is not available for target {target!r}; "
                            f"available: {', '.join(PRECISIONS)}")
+    if precision == "int8" and micro_batches not in (None, 1):
+        raise CompileError(f"micro_batches={micro_batches!r} is not available with "
+                           "precision='int8'; use precision='fp32' or micro_batches=None")
     if precision == "int8":  # NITI integer-only training: its own lowering (int8/compile.py)
         from .int8.compile import compile_int8
         return compile_int8(model, example_inputs, labels, loss, optimizer, trainable, target,
@@ -128,26 +170,30 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
         raise CompileError(f"model must be a torch.nn.Module, an .onnx path or an "
                            f"onnx.ModelProto, got {type(model).__name__}")
     example_inputs, labels, out_dir = _checked_io(example_inputs, labels, out_dir)
+    batch = int(example_inputs[0].shape[0]) if example_inputs[0].dim() else 1
+    if micro_batches is not None:
+        micro_batches = check_micro_batches(micro_batches, example_inputs, labels)
+
+    def trace(k):
+        return build_training_module(model, example_inputs, labels, loss, trainable, k)
 
     with Steps("ubitrain compile", COMPILE_STEPS, progress) as step:
         step("trace and differentiate")
-        tm = build_training_module(model, example_inputs, labels, loss, trainable)
+        tm = trace(micro_batches or 1)
         step("lower kernels")
-        library = KernelLibrary(tgt.isa)
-        train, predict, state, opt_state, inputs, label_slot, output = build_programs(
-            tm, optimizer, library, tgt.accumulate_dtype, fusion)
-        frozen, folded_bytes = {}, 0
-        if tgt.frozen_state_in_flash:
-            frozen = keep_frozen_state_in_flash([train, predict], state)
-            folded_bytes = fold_frozen_calls([train, predict], library)
+        low = _lower(tm, optimizer, tgt, fusion)
         step("plan memory")
-        plan = plan_memory([train, predict], alignment=tgt.alignment)
-        if memory_budget is not None:  # recompute / page to fit (memory/budget.py)
-            from .memory.budget import fit_budget
-            train, plan = fit_budget(train, predict, plan, library, memory_budget, target,
-                                     int(example_inputs[0].shape[0]))
+        train, plan = low.train, low.plan
+        if memory_budget is not None:  # micro-batch / recompute / page to fit (memory/)
+            low, train, plan = fit_micro_batched(
+                low, lambda k: _lower(trace(k), optimizer, tgt, fusion), memory_budget,
+                target, batch, micro_batches, bool(batch_coupled_layers(model, tm)))
+        tm, library, predict, state, opt_state = (low.tm, low.library, low.predict,
+                                                  low.state, low.opt_state)
+        inputs, label_slot, output, frozen = low.inputs, low.labels, low.output, low.frozen
+        warn_batch_coupled(model, tm, tm.micro_batches, batch)
         check_board_fit(tgt, plan, inputs, label_slot, output,
-                        weight_bytes=sum(s.nbytes for s in state.values()) + folded_bytes)
+                        weight_bytes=sum(s.nbytes for s in state.values()) + low.folded_bytes)
         step("write C project")
         classes = output.shape[-1] if loss == "cross_entropy" else None
         name = _model_name(model, out_dir)

@@ -58,17 +58,28 @@ class BudgetReport:
     paged_bytes: int = 0
     recomputed_bytes: int = 0
     replayed_calls: int = 0
+    # micro-batching (memory/micro_batching.py): k, the cost of running k micro-batches
+    # instead of one batch (accumulation and k times the per-call costs), the accumulators
+    micro_batches: int = 1
+    micro_batch_seconds: float = 0.0
+    accumulator_bytes: int = 0
 
     @property
     def overhead(self) -> float:
-        return self.extra_seconds / self.step_seconds if self.step_seconds else 0.0
+        extra = self.extra_seconds + self.micro_batch_seconds
+        return extra / self.step_seconds if self.step_seconds else 0.0
 
     def summary(self) -> str:
+        micro = ""
+        if self.micro_batches > 1:
+            micro = (f"{self.micro_batches} micro-batches with gradient accumulation "
+                     f"({self.accumulator_bytes:,} B of accumulators, +"
+                     f"{self.micro_batch_seconds / self.step_seconds:.1%} time); ")
         if not self.attempts:
-            return (f"memory budget {self.budget_bytes:,} B: the unconstrained arena "
+            return (f"memory budget {self.budget_bytes:,} B: {micro}the unconstrained arena "
                     f"({self.unconstrained_arena:,} B) fits; nothing recomputed or paged")
         gap = "optimal" if self.optimal and self.gap < 1e-6 else f"gap {self.gap:.1%}"
-        return (f"memory budget {self.budget_bytes:,} B: arena {self.arena_bytes:,} B "
+        return (f"memory budget {self.budget_bytes:,} B: {micro}arena {self.arena_bytes:,} B "
                 f"(unconstrained {self.unconstrained_arena:,} B); recompute "
                 f"{self.counts.get('recompute', 0)} buffers ({self.recomputed_bytes:,} B, "
                 f"{self.replayed_calls} calls run again), page "
@@ -95,7 +106,7 @@ def fit_budget(train: Program, predict: Program, plan: MemoryPlan, library, budg
     work = KernelWork(library)
     profile = profile_for(target)
     report = BudgetReport(limit, plan.arena_bytes, plan.arena_bytes, profile.name,
-                          work.program(train) * profile.seconds_per_iteration)
+                          work.step_seconds(train, profile))
     if plan.arena_bytes <= limit:
         plan.budget = report
         return train, plan
@@ -156,14 +167,22 @@ def fit_budget(train: Program, predict: Program, plan: MemoryPlan, library, budg
     return _too_small(budget, limit, batch, target, plan, max(smallest, predict_need))
 
 
+class BudgetTooSmall(CompileError):
+    """No plan fits the budget; `smallest_bytes` is the least budget that does."""
+
+    def __init__(self, message: str, smallest_bytes: int):
+        super().__init__(message)
+        self.smallest_bytes = smallest_bytes
+
+
 def _too_small(budget, limit, batch, target, plan, smallest):
-    raise CompileError(
+    raise BudgetTooSmall((
         f"memory_budget={budget!r} ({limit:,} bytes) is too small for this model at batch "
         f"{batch} on target {target!r}: the smallest budget that works is {smallest:,} "
         f"bytes (the unconstrained arena is {plan.arena_bytes:,} bytes, of which "
         f"{plan.persistent_bytes:,} are parameters, buffers and optimizer state, which never "
         f"leave the arena). Use memory_budget of at least {smallest:,} bytes, a smaller batch, or "
-        f"ub.SparseUpdate to train fewer parameters")
+        f"ub.SparseUpdate to train fewer parameters"), smallest)
 
 
 def _predict_arena(predict: Program, alignment: int, persistent: int) -> int:

@@ -5,13 +5,17 @@ seconds on the target. Compute is counted in loop iterations of a kernel's lower
 innermost statement of every loop nest, each of which does one multiply-add or one
 elementwise operation); a profile turns iterations and bytes into seconds:
 
-    compute(call)  = iterations × seconds_per_iteration
+    compute(call)  = iterations × seconds_per_iteration + call_seconds
     page_out(n B)  = latency + n / write_bytes_per_second
     page_in(n B)   = latency + n / read_bytes_per_second
 
-The constants are order-of-magnitude figures for the generated scalar C, with their sources
-next to them. Only their ratios matter to the plan (keep vs recompute vs page); overheads are
-reported relative to one plain step in the same model, so no absolute claim rests on them.
+`call_seconds` is the fixed price of a kernel call whatever its size (call and return,
+argument checks, loop prologues, the first touch of its operands): it is what makes k
+micro-batches of B/k samples cost more than one batch of B (program/micro_batch.py), whose
+calls run k times. The constants are order-of-magnitude figures for the generated scalar C,
+with their sources next to them. Only their ratios matter to the plan (keep vs recompute vs
+page vs micro-batches); overheads are reported relative to one plain step in the same model,
+so no absolute claim rests on them.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 from tvm import prim, tirx
 
 from ..program.ir import Call, Program
+from ..program.micro_batch import call_repeats
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ class CostProfile:
     write_bytes_per_second: float  # sustained page-out bandwidth, erase included
     read_bytes_per_second: float
     latency_seconds: float  # per page-in or page-out (command, seek, erase setup)
+    call_seconds: float  # per kernel call, on top of its iterations
     source: str
 
     def page_out(self, nbytes: int) -> float:
@@ -42,29 +48,34 @@ class CostProfile:
 
 PROFILES = {
     "host": CostProfile(
-        "host", 1.0e-9, 1.0e9, 2.0e9, 20e-6,
-        "x86-64 at ~3 GHz running the -O3 scalar kernels at ~3 cycles per iteration; a "
+        "host", 1.0e-9, 1.0e9, 2.0e9, 20e-6, 100e-9,
+        "x86-64 at ~3 GHz running the -O3 scalar kernels at ~3 cycles per iteration, ~300 "
+        "cycles per call (call, UB_TRY, loop set-up, first-touch cache misses); a "
         "page is a file on an NVMe SSD through the OS page cache (~1 GB/s write, ~2 GB/s "
         "read, ~20 us per fopen/fwrite/fclose in ub_storage_file.c)"),
     "aarch64-neon": CostProfile(
-        "aarch64-neon", 1.5e-9, 0.5e9, 1.0e9, 100e-6,
-        "Cortex-A76-class phone core at 2.4 GHz, ~3.5 cycles per scalar iteration; UFS 3.1 "
+        "aarch64-neon", 1.5e-9, 0.5e9, 1.0e9, 100e-6, 150e-9,
+        "Cortex-A76-class phone core at 2.4 GHz, ~3.5 cycles per scalar iteration, ~350 "
+        "cycles per call as for the host; UFS 3.1 "
         "storage, conservative sustained figures (JEDEC UFS 3.1 lanes run 2.9 GB/s raw; "
         "phones measure 0.5-1.2 GB/s sequential write), ~100 us per file operation"),
     "hexagon-v66": CostProfile(
-        "hexagon-v66", 4.0e-9, 0.5e9, 1.0e9, 100e-6,
+        "hexagon-v66", 4.0e-9, 0.5e9, 1.0e9, 100e-6, 300e-9,
         "Hexagon v66 scalar unit at ~1 GHz, 4 cycles per iteration of scalar C (no HVX in "
-        "the printed kernels); pages go to the phone's UFS storage as for aarch64-neon"),
+        "the printed kernels), ~300 cycles per call; pages go to the phone's UFS storage "
+        "as for aarch64-neon"),
     "cortex-m4": CostProfile(
-        "cortex-m4", 60e-9, 80e3, 13e6, 50e-6,
+        "cortex-m4", 60e-9, 80e3, 13e6, 50e-6, 1.2e-6,
         "STM32F4-class Cortex-M4F at 168 MHz, ~10 cycles per scalar iteration (loads, "
-        "FMA, store, index arithmetic; ARM Cortex-M4 TRM: VFMA 3 cycles); paging to an "
+        "FMA, store, index arithmetic; ARM Cortex-M4 TRM: VFMA 3 cycles), ~200 cycles per "
+        "call (no cache: a call is its prologue, argument checks and loop set-up); paging to an "
         "external SPI NOR flash such as the Winbond W25Q128JV (datasheet: page program "
         "0.4 ms per 256 B, 4 KiB sector erase 45 ms typical -> ~80 KB/s sustained write; "
         "single-SPI read at 104 MHz -> ~13 MB/s)"),
     "cortex-m7": CostProfile(
-        "cortex-m7", 30e-9, 80e3, 50e6, 50e-6,
-        "STM32F7-class Cortex-M7 at 216 MHz, dual-issue, ~6 cycles per scalar iteration; "
+        "cortex-m7", 30e-9, 80e3, 50e6, 50e-6, 0.9e-6,
+        "STM32F7-class Cortex-M7 at 216 MHz, dual-issue, ~6 cycles per scalar iteration, "
+        "~200 cycles per call as for cortex-m4; "
         "the same W25Q128JV NOR flash over quad-SPI (read ~50 MB/s at 104 MHz x4, write "
         "bound by program and erase times as for cortex-m4)"),
 }
@@ -112,4 +123,16 @@ class KernelWork:
         return self._cache[call.kernel]
 
     def program(self, program: Program) -> int:
-        return sum(self(c) for c in program.calls)
+        """Iterations of one step (a micro-batch loop's calls counted k times)."""
+        return sum(n * self(c) for n, c in zip(call_repeats(program), program.calls))
+
+    def seconds(self, calls: list[Call], profile: CostProfile, repeats: int = 1) -> float:
+        """Seconds of running `calls` `repeats` times in the cost model."""
+        kernels = sum(not c.builtin or bool(c.args) for c in calls)  # loop markers are free
+        return repeats * (sum(self(c) for c in calls) * profile.seconds_per_iteration
+                          + kernels * profile.call_seconds)
+
+    def step_seconds(self, program: Program, profile: CostProfile) -> float:
+        """Seconds of one step of `program` in the cost model."""
+        return sum(self.seconds([c], profile, n)
+                   for n, c in zip(call_repeats(program), program.calls))

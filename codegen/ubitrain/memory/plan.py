@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..program.ir import PERSISTENT_KINDS, Program, Slot
+from ..program.micro_batch import micro_batches_of
 from .arena_planner import ArenaPlanner
 from .greedy_planner import align_up
 
@@ -42,6 +43,7 @@ class MemoryPlan:
     in_place_bytes: dict = field(default_factory=dict)
     strategy: dict = field(default_factory=dict)  # program -> the placement that won
     budget: object | None = None  # memory/budget.py BudgetReport when a budget was given
+    micro_batches: int = 1  # the step runs k micro-batches (program/micro_batch.py)
 
     def bytes_by_kind(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -53,8 +55,10 @@ class MemoryPlan:
         ratio = self.arena_bytes / max(self.lower_bound_bytes, 1)
         text = (f"arena {self.arena_bytes:,} B (lower bound {self.lower_bound_bytes:,} B, "
                 f"{ratio:.3f}x; persistent state {self.persistent_bytes:,} B)")
-        if self.budget is not None and self.budget.attempts:
-            b = self.budget
+        if self.micro_batches > 1:
+            text += f"; {self.micro_batches} micro-batches with gradient accumulation"
+        b = self.budget
+        if b is not None and (b.attempts or b.micro_batches > 1):
             text += (f"; to fit memory_budget {b.budget_bytes:,} B: "
                      f"{b.counts.get('recompute', 0)} recomputed, {b.counts.get('page', 0)} "
                      f"paged, +{b.overhead:.1%} time in the {b.profile} cost model")
@@ -107,4 +111,5 @@ def plan_memory(programs: list[Program], alignment: int = 16,
         offsets=offsets,
         in_place_bytes={p.name: p.in_place_bytes for p in programs},
         strategy=strategy,
+        micro_batches=max((micro_batches_of(p) for p in programs), default=1),
     )

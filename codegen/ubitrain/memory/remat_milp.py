@@ -19,7 +19,8 @@ program/remat.py) ∈ {0, 1}, exactly one of them 1; away_i = page_i + Σ_d rc_i
   * memory while a replay runs, at the boundary just before v_i:
     P(v_i) − Σ_{j away there} away_j·bytes_j + rc_id·temp_id ≤ B;
   * a replay that reads candidate j as it is needs j kept over v_i: rc_id ≤ keep_j.
-Objective (POET's): Σ rc_id·compute(replay_id) + Σ page_i·(page_out_i + page_in_i).
+Objective (POET's): Σ rc_id·compute(replay_id) + Σ page_i·(page_out_i + page_in_i), each
+k times for a candidate inside a micro-batch loop (program/micro_batch.py).
 
 The solver is HiGHS through `scipy.optimize.milp` with a time limit; when it stops early the
 best plan found is used and the remaining gap (best bound vs plan) is reported. The same rows
@@ -36,6 +37,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from ..program.ir import Program
+from ..program.micro_batch import call_repeats
 from ..program.remat import MAX_DEPTH, Candidate, recompute_choice
 from .cost_model import CostProfile, KernelWork
 from .greedy_planner import align_up
@@ -68,14 +70,16 @@ class BudgetProblem:
             boundary[a + 1:b + 1] += sizes[s]
         self.live, self.boundary = live[:n], boundary
         self.bytes = np.array([align_up(c.nbytes, alignment) for c in candidates], float)
-        self.step_seconds = work.program(program) * profile.seconds_per_iteration
-        self.page_cost = np.array([profile.page_out(c.nbytes) + profile.page_in(c.nbytes)
+        self.step_seconds = work.step_seconds(program, profile)
+        repeats = call_repeats(program)  # a candidate in a micro-batch loop: k times the cost
+        self.page_cost = np.array([repeats[c.v] * (profile.page_out(c.nbytes)
+                                                   + profile.page_in(c.nbytes))
                                    for c in candidates])
         self.rc_cost = np.zeros((len(candidates), MAX_DEPTH))
         for i, c in enumerate(candidates):
             for r in c.replays:
-                self.rc_cost[i, r.depth - 1] = sum(work(program.calls[w]) for w in r.calls) \
-                    * profile.seconds_per_iteration
+                self.rc_cost[i, r.depth - 1] = work.seconds(
+                    [program.calls[w] for w in r.calls], profile, repeats[c.v])
         self._rows = self._memory_rows(n)
 
     def var(self, i: int, option: int) -> int:

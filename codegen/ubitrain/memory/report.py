@@ -19,7 +19,7 @@ from .plan import MemoryPlan
 KIND_COLORS = {
     "parameter": "#4c72b0", "buffer": "#64b5cd", "optimizer_state": "#8172b2",
     "coefficients": "#937860", "activation": "#dd8452", "gradient": "#55a868",
-    "mask": "#da8bc3", "scratch": "#8c8c8c",
+    "mask": "#da8bc3", "scratch": "#8c8c8c", "accumulator": "#c44e52",
 }
 DECISION_HATCH = {"recompute": "xxxx", "page": "...."}
 
@@ -155,7 +155,11 @@ def add_report_parser(sub, formatter):
                    help="shape of one sample (when the factory returns only a module)")
     r.add_argument("--target", default="host", help="target name (default host)")
     r.add_argument("--memory-budget", default=None,
-                   help='arena budget in bytes or e.g. "256KiB": recompute and page to fit')
+                   help='arena budget in bytes or e.g. "256KiB": micro-batch, recompute and '
+                        'page to fit')
+    r.add_argument("--micro-batches", type=int, default=None, metavar="K",
+                   help="run each step as K micro-batches with gradient accumulation "
+                        "(default: as the memory budget needs, else 1)")
     r.add_argument("--out-dir", default=None, help="where to write the C project")
     r.add_argument("--png", default=None,
                    help="where to write the picture (default OUT_DIR/memory_plan.png)")
@@ -172,7 +176,8 @@ def cmd_report(args) -> int:
                                                 args.batch, args.input_shape, args.loss)
     out_dir = Path(args.out_dir or Path("build") / Path(args.model.rpartition(":")[0]).stem)
     pkg = ub.compile(module, inputs, labels, loss=args.loss, optimizer=optimizer,
-                     target=args.target, memory_budget=args.memory_budget, out_dir=out_dir)
+                     target=args.target, memory_budget=args.memory_budget, out_dir=out_dir,
+                     micro_batches=args.micro_batches)
     png = render_png(pkg.memory_plan, args.png or out_dir / "memory_plan.png", args.program,
                      title=f"{type(module).__name__}, batch {int(inputs[0].shape[0])}: "
                            f"{pkg.memory_plan.summary()}")

@@ -25,6 +25,7 @@ from ..lowering.reductions import reduction_legalizations
 from ..training.graph import TrainingModule
 from .inplace import share_in_place
 from .ir import Call, Program, Slot
+from .micro_batch import loop_calls, micro_slices, whole_batch
 
 
 def legalize(mod: tvm.IRModule, accumulate_dtype: str = "float32") -> tvm.IRModule:
@@ -139,13 +140,19 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
         mod = fuse_kernels(mod, lambda f: microkernels.plan(f, library.isa) is not None)
     state, opt_state, parts = _state_slots(tm, optimizer)
     g = tm.graph
-    inputs = [Slot(spec.name, spec.shape, spec.dtype, "input") for spec in g.input_specs]
+    k = tm.micro_batches  # > 1: the functions run on B/k samples (program/micro_batch.py)
+    inputs = [Slot(spec.name, whole_batch(spec.shape, k), spec.dtype, "input")
+              for spec in g.input_specs]  # the whole batch: the C API
     labels = Slot("labels", tm.labels_shape, tm.labels_dtype, "label")
+    step_io = inputs + [labels]
+    if k > 1:
+        step_io = micro_slices(step_io, [s.shape for s in g.input_specs]
+                               + [(tm.labels_shape[0] // k,) + tm.labels_shape[1:]])
 
     # ---- train_step -------------------------------------------------------------------------
     train_fn = mod["main"]
     train_state = [parts.get(s.name) or state[s.name] for s in g.state]
-    env = dict(zip(train_fn.params, inputs + [labels] + train_state))
+    env = dict(zip(train_fn.params, step_io + train_state))
     walker = _FunctionWalker(mod, library, env, "tr_")
     # Dropout masks are the function's last parameters; the runtime draws them first.
     masks = []
@@ -167,22 +174,35 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
     calls.insert(loss_at + 1, Call("ub_check_loss", [loss], [], builtin=True))
     for name, new in zip(tm.buffer_updates, new_buffers):
         calls.append(Call("ub_copy", [new, state[name]], [1], builtin=True))
+    if tm.micro_batches > 1:  # the calls so far run once per micro-batch
+        calls, grads, loss = loop_calls(calls, grads, loss, tm.micro_batches,
+                                        zip(step_io, inputs + [labels]), library)
     coef_call, updates = _optimizer_calls(tm, optimizer, library, state, parts, opt_state,
                                           grads)
-    if coef_call:
-        calls = [coef_call] + _place_early(calls, updates)
+    if coef_call:  # after the loop, the update reads every micro-batch's parameters
+        calls = [coef_call] + (_place_early(calls, updates) if tm.micro_batches == 1
+                               else calls + updates)
     calls.append(Call("ub_copy", [loss, loss_out], [1], builtin=True))
     train = Program("train_step", calls)
 
     # ---- predict ----------------------------------------------------------------------------
     pred_fn = mod["predict"]
     pg = tm.predict_graph
-    penv = dict(zip(pred_fn.params, inputs + [state[s.name] for s in pg.state]))
+    pred_inputs = inputs if k == 1 else micro_slices(inputs, [s.shape for s in g.input_specs])
+    penv = dict(zip(pred_fn.params, pred_inputs + [state[s.name] for s in pg.state]))
     pwalker = _FunctionWalker(mod, library, penv, "pr_")
     out = pwalker.walk(pred_fn)
-    output = Slot("output", out.shape, out.dtype, "output")
-    predict = Program("predict", pwalker.calls + [Call("ub_copy", [out, output], [1],
+    if k > 1 and (not out.shape or out.shape[0] != g.input_specs[0].shape[0]):
+        raise CompileError(f"micro_batches={k} needs the model output's first dimension to be "
+                           f"the batch, got output shape {list(out.shape)} for a micro-batch "
+                           f"of {g.input_specs[0].shape[0]}; use micro_batches=1")
+    output = Slot("output", whole_batch(out.shape, k), out.dtype, "output")
+    pred_out = output if k == 1 else micro_slices([output], [out.shape])[0]
+    predict = Program("predict", pwalker.calls + [Call("ub_copy", [out, pred_out], [1],
                                                        builtin=True)])
+    if k > 1:  # each micro-batch's rows of the output (evaluation mode: nothing couples them)
+        predict.calls = loop_calls(predict.calls, [], None, k, zip(pred_inputs + [pred_out],
+                                                                   inputs + [output]), library)[0]
     # Elementwise kernels overwrite an input that dies at the call (program/inplace.py).
     train.in_place_bytes = share_in_place(train, library)
     predict.in_place_bytes = share_in_place(predict, library)

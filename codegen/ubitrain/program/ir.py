@@ -17,8 +17,9 @@ import numpy as np
 PERSISTENT_KINDS = ("parameter", "buffer", "optimizer_state", "coefficients")
 # Kinds the caller passes in by pointer; never in the arena.
 EXTERNAL_KINDS = ("input", "label", "output")
-# Kinds planned per program over their lifetimes.
-TRANSIENT_KINDS = ("activation", "gradient", "mask", "scratch")
+# Kinds planned per program over their lifetimes ("accumulator": a gradient summed over
+# micro-batches, program/micro_batch.py).
+TRANSIENT_KINDS = ("activation", "gradient", "mask", "scratch", "accumulator")
 
 
 def dtype_bytes(dtype: str) -> int:

@@ -18,6 +18,7 @@ from ..errors import CompileError
 from ..kernels.c_printer import c_float_literal, c_type
 from ..memory.plan import MemoryPlan
 from ..program.ir import Call, Program, Slot
+from ..program.micro_batch import BEGIN, END, call_repeats
 
 TEMPLATES = Path(__file__).parent / "templates"
 RUNTIME_C = Path(__file__).parent.parent / "runtime_c"  # a link to the top-level runtime_c/
@@ -105,6 +106,20 @@ class _CallPrinter:
         return (f"UB_TRY(ub_page_in(ctx->page_storage, {call.attrs['block']}u, "
                 f"{self.pointer(dst, True)}, {dst.nbytes}u));")
 
+    def ub_zero(self, call):  # a gradient accumulator before the first micro-batch
+        (dst,) = call.args
+        return f"memset({self.pointer(dst, True)}, 0, {dst.nbytes}u);"
+
+    def ub_micro_batch_begin(self, call):  # program/micro_batch.py
+        for micro, full in call.attrs["slices"]:  # the rows of micro-batch ub_mb
+            rows = int(np.prod(micro.shape))
+            whole = self.externals.get(id(full), full.name)  # the C parameter
+            self.externals[id(micro)] = f"({whole} + (size_t)ub_mb * {rows}u)"
+        return f"for (uint32_t ub_mb = 0; ub_mb < {call.attrs['count']}u; ++ub_mb) {{"
+
+    def ub_micro_batch_end(self, call):
+        return "} /* next micro-batch */"
+
     def ub_optimizer_coefficients(self, call):
         coef = self.pointer(call.args[0], True)
         parts = [f"{coef}[{i}] = {code};" for i, code in enumerate(call.attrs["code"])]
@@ -159,7 +174,8 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
         inputs=[_io(x) for x in inputs], labels=_io(labels), output=_io(output),
         tensors=tensors, constants=constants, initial=initial, zeroed=zeroed, kernels=kernels,
         classes=classes, state_bytes=plan.persistent_bytes, model_id=_layout_id(tensors),
-        train_body=[printer.statement(c) for c in train.calls],
+        train_body=[("    " if n > 1 and c.kernel not in (BEGIN, END) else "")
+                    + printer.statement(c) for n, c in zip(call_repeats(train), train.calls)],
         pages=sum(c.kernel == "ub_page_out" for c in train.calls),
         page_bytes_max=max((c.args[0].nbytes for c in train.calls if c.kernel == "ub_page_out"),
                            default=0),

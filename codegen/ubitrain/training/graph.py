@@ -33,6 +33,7 @@ class TrainingModule:
     trainable: list[str]
     buffer_updates: list[str]  # state names, in the order of the training outputs
     channel_splits: list[ChannelSplit] = field(default_factory=list)  # weights trained in part
+    micro_batches: int = 1  # the functions run on batch / micro_batches samples (labels: all)
 
 
 def resolve_trainable(graph: ForwardGraph, trainable) -> list[str]:
@@ -69,30 +70,35 @@ def _adjoint_as_main(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def build_training_module(model, example_inputs: tuple, labels, loss: str,
-                          trainable=None) -> TrainingModule:
+                          trainable=None, micro_batches: int = 1) -> TrainingModule:
+    """`micro_batches` = k traces both functions on the first batch / k samples (the step
+    programs run them k times over the whole batch, program/micro_batch.py)."""
     register_gradients()
     splits: list[ChannelSplit] = []
     labels_shape = tuple(labels.shape)
+    micro = labels.shape[0] // micro_batches
+    train_inputs = tuple(x[:micro] for x in example_inputs)
+    labels = labels[:micro]
     labels_dtype = str(labels.dtype).replace("torch.", "")
     holder = {}
 
     def extend(bb, graph):
         out_shape = tuple(int(d) for d in graph.output.ty.shape)
-        c_dtype = label_spec(loss, out_shape, labels_shape, labels_dtype)
-        y = labels_var(labels_shape, c_dtype)
+        c_dtype = label_spec(loss, out_shape, tuple(labels.shape), labels_dtype)
+        y = labels_var(tuple(labels.shape), c_dtype)
         loss_value = append_loss(bb, loss, graph.output, y)
         holder["updates"] = list(graph.buffer_updates)
         holder["labels_dtype"] = c_dtype
         return [y], [loss_value] + list(graph.buffer_updates.values())
 
     if is_onnx_model(model):
-        def importer(training, extend=None):
-            return import_onnx(model, example_inputs, training, extend)
+        def importer(inputs, training, extend=None):
+            return import_onnx(model, inputs, training, extend)
     else:
-        def importer(training, extend=None):
-            return import_forward(model, example_inputs, training, extend)
-    train_mod, graph = importer(True, extend)
-    predict_mod, predict_graph = importer(False)
+        def importer(inputs, training, extend=None):
+            return import_forward(model, inputs, training, extend)
+    train_mod, graph = importer(train_inputs, True, extend)
+    predict_mod, predict_graph = importer(train_inputs, False)
 
     names = resolve_trainable(graph, trainable)
     if isinstance(trainable, SparseUpdate):
@@ -110,4 +116,4 @@ def build_training_module(model, example_inputs: tuple, labels, loss: str,
     return TrainingModule(mod=mod, graph=graph, predict_graph=predict_graph,
                           labels_shape=labels_shape, labels_dtype=holder["labels_dtype"],
                           trainable=names, buffer_updates=holder["updates"],
-                          channel_splits=splits)
+                          channel_splits=splits, micro_batches=micro_batches)

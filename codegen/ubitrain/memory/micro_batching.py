@@ -1,0 +1,146 @@
+"""The fourth answer to a memory budget: k micro-batches with gradient accumulation.
+
+Splitting the batch B into k micro-batches of B/k (program/micro_batch.py) divides the
+activations a step keeps by about k, at the price of one accumulator per trained parameter
+and of running every call of the body k times. `fit_micro_batched` tries the divisors k of
+B in increasing order; at each it lowers the step at B/k and fits the budget there with the
+keep / recompute / page MILP (budget.py), whose costs count the loop's calls k times. The
+plan of least total cost in the cost model wins:
+
+    cost(k) = step(k) + extra(k),  step(k) = k × (body at B/k) + zeroing + update,
+
+so the micro-batching overhead step(k) − step(1) (the accumulation and k − 1 more of every
+call's fixed cost, cost_model.py) is weighed against recomputation and paging. Once some k
+fits with nothing recomputed or paged, no larger k is tried: step(k) grows with k. When no
+k fits, the error states the smallest budget over every k.
+
+Micro-batching changes what batch-coupled layers compute (BatchNorm's batch statistics are
+per micro-batch), while keep / recompute / page give the very same bits. So for a model
+with BatchNorm, k > 1 is used only when no plan at k = 1 fits, and the user is warned.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from ..errors import CompileError
+from ..program.ir import Program
+from .cost_model import KernelWork, profile_for
+
+
+def divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def check_micro_batches(value, example_inputs, labels) -> int:
+    """`micro_batches=` as an int k ≥ 1 that divides the batch of every input and the labels."""
+    batch = int(example_inputs[0].shape[0]) if example_inputs[0].dim() else 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CompileError(f"micro_batches={value!r} must be a whole number of micro-batches "
+                           f">= 1 that divides the batch of {batch}; one of "
+                           f"{divisors(batch) if batch else [1]}")
+    if value == 1:
+        return 1
+    rows = [int(t.shape[0]) if t.dim() else None for t in list(example_inputs) + [labels]]
+    if any(r != batch for r in rows):
+        raise CompileError(f"micro_batches={value} splits dimension 0 of every input and the "
+                           f"labels, but their first dimensions are {rows}; give inputs and "
+                           f"labels with the same batch first, or micro_batches=1")
+    if batch % value:
+        raise CompileError(f"micro_batches={value} does not divide the batch of {batch}; use "
+                           f"one of {divisors(batch)}")
+    return value
+
+
+def accumulator_bytes(program: Program) -> int:
+    return sum(s.nbytes for s in program.lifetimes() if s.kind == "accumulator")
+
+
+def batch_coupled_layers(model, tm) -> list[str]:
+    """Layers whose training-mode output depends on the other samples of the batch."""
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        norm = torch.nn.modules.batchnorm._BatchNorm
+        names = [name or type(m).__name__ for name, m in model.named_modules()
+                 if isinstance(m, norm)]
+    else:  # an ONNX ModelProto
+        names = [n.name or n.op_type for n in getattr(getattr(model, "graph", None), "node", [])
+                 if n.op_type == "BatchNormalization"]
+    return names or [name for name in tm.buffer_updates]
+
+
+def warn_batch_coupled(model, tm, k: int, batch: int) -> None:
+    if k <= 1:
+        return
+    layers = batch_coupled_layers(model, tm)
+    if not layers:
+        return
+    shown = ", ".join(layers[:4]) + (", ..." if len(layers) > 4 else "")
+    warnings.warn(
+        f"micro-batching: the step runs {k} micro-batches of {batch // k} samples, so "
+        f"BatchNorm ({shown}) normalises with the statistics of each micro-batch, not of the "
+        f"batch of {batch}, and updates its running statistics {k} times per step; training "
+        f"differs from full-batch training by more than float rounding. A memory_budget that "
+        f"fits without micro-batching (or micro_batches=1) keeps full-batch statistics.",
+        stacklevel=3)
+
+
+def fit_micro_batched(first, relower, budget, target: str, batch: int,
+                      forced: int | None = None, coupled: bool = False):
+    """The lowered step (`first`, at k = forced or 1, or one `relower(k)` returns) and its
+    plan, fitted to `budget`: (lowered, train program, plan). `coupled`: the model has
+    batch-coupled layers (BatchNorm), so k > 1 is tried only when k = 1 cannot fit."""
+    from .budget import BudgetTooSmall, fit_budget, parse_bytes  # scipy: only under a budget
+
+    limit = parse_bytes(budget)
+    profile = profile_for(target)
+    first_k = forced or 1
+    ks = [first_k] if forced else divisors(batch)
+    fitted, smallest = [], {}
+    for k in ks:
+        low = first if k == first_k else relower(k)
+        try:
+            train, plan = fit_budget(low.train, low.predict, low.plan, low.library, budget,
+                                     target, batch)
+        except BudgetTooSmall as err:
+            smallest[k] = err.smallest_bytes
+            continue
+        step = KernelWork(low.library).step_seconds(low.train, profile)
+        fitted.append((step + plan.budget.extra_seconds, k, low, train, plan, step))
+        if not plan.budget.attempts or coupled:  # a larger k only costs more, or changes
+            break  # what BatchNorm computes
+    if not fitted:
+        _too_small(budget, limit, batch, target, first, smallest, forced)
+    _, k, low, train, plan, step = min(fitted, key=lambda f: (f[0], f[1]))
+    if k > 1:
+        one = first if first_k == 1 else relower(1)
+        base = KernelWork(one.library).step_seconds(one.train, profile)
+        report = plan.budget
+        report.micro_batches, report.step_seconds = k, base
+        report.micro_batch_seconds = step - base
+        report.accumulator_bytes = accumulator_bytes(train)
+        report.unconstrained_arena = one.plan.arena_bytes
+    return low, train, plan
+
+
+def _too_small(budget, limit, batch, target, first, smallest: dict, forced):
+    from .budget import BudgetTooSmall
+
+    least = min(smallest, key=lambda k: (smallest[k], k))
+    how = (f"with {least} micro-batches of {batch // least} samples" if least > 1
+           else "without micro-batching")
+    if forced:
+        space, advice = (f"with micro_batches={forced}, recomputation and paging",
+                         "leave micro_batches=None to let the compiler choose it, ")
+    else:
+        space, advice = "even with micro-batching, recomputation and paging", ""
+    tried = ", ".join(f"k={k}: {b:,}" for k, b in smallest.items())
+    raise BudgetTooSmall(
+        f"memory_budget={budget!r} ({limit:,} bytes) is too small for this model at batch "
+        f"{batch} on target {target!r} {space}: the smallest budget that works is "
+        f"{smallest[least]:,} bytes ({how}; smallest per number of micro-batches k: "
+        f"{tried}; {first.plan.persistent_bytes:,} bytes are parameters, buffers and "
+        f"optimizer state, which never leave the arena). Use memory_budget of at least "
+        f"{smallest[least]:,} bytes, {advice}or ub.SparseUpdate to train fewer parameters",
+        smallest[least])

@@ -1,0 +1,97 @@
+"""Micro-batching with gradient accumulation: the step runs its batch as k micro-batches.
+
+The training graph is traced at batch B/k (training/graph.py). Its calls become the body of
+a loop that the C step runs k times, each time on the next B/k samples of the caller's full
+batch (the C API is unchanged: one batch in, one step; `predict` loops the same way over
+the rows of its input and output, which nothing couples in evaluation mode):
+
+    zero the gradient accumulators and the loss accumulator
+    for mb in 0..k-1:                        ub_micro_batch_begin / ub_micro_batch_end
+        forward, loss check, backward on samples [mb·B/k, (mb+1)·B/k)
+        acc_p += grad_p / k   after the last use of grad_p (so grad_p dies there)
+        loss_acc += loss / k
+    optimizer update of every p from acc_p   (placed after the loop by program/build.py)
+
+With a mean loss every micro-batch's loss and gradients are means over B/k samples, so the
+average of the k of them is the full-batch mean (the scale 1/k is exact when k is a power of
+two). The early in-place update of the plain step is impossible here: a parameter is read
+by every micro-batch. The accumulators ("accumulator" slots, one per trained parameter)
+are the price; they live from the zeroing to the update, so the arena planner keeps them
+through the whole loop, and program/remat.py never pages or recomputes them. Everything
+else in the body lives within one iteration, so the lifetimes of the flat call list are the
+lifetimes of every iteration.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm import te
+
+from .ir import Call, Program, Slot
+
+BEGIN, END, ZERO = "ub_micro_batch_begin", "ub_micro_batch_end", "ub_zero"
+
+
+def micro_slices(full: list[Slot], micro_shapes: list[tuple]) -> list[Slot]:
+    """The slots a micro-batch reads in place of the caller's inputs: same names, B/k rows;
+    the C step points them at the current micro-batch's rows of the full arrays."""
+    return [Slot(f"{s.name}_mb", tuple(shape), s.dtype, s.kind) for s, shape in
+            zip(full, micro_shapes)]
+
+
+def whole_batch(shape: tuple, count: int) -> tuple:
+    """A micro-batch tensor's shape at the whole batch (the batch is dimension 0)."""
+    return (shape[0] * count,) + tuple(shape[1:]) if count > 1 else tuple(shape)
+
+
+def loop_calls(body: list[Call], grads: list, loss: Slot | None, count: int, slices,
+               library):
+    """(the calls of the whole step before the optimizer update, the accumulated gradients,
+    the accumulated loss). `slices`: (micro-batch slot, full slot) pairs. Without a loss
+    (predict) the body only runs over the slices."""
+    accs = [Slot(f"{g.root.name}_acc", g.shape, g.dtype, "accumulator") for g in grads]
+    scale = Slot("micro_batch_scale", (), "float32", "constant",
+                 np.array(1.0 / count, dtype="float32"))
+    adds = [_accumulate(acc, g, scale, library) for acc, g in zip(accs, grads)]
+    body = _after_last_use(list(body), adds, [g.root for g in grads])
+    loss_acc = None if loss is None else Slot("loss_acc", loss.shape, loss.dtype, "accumulator")
+    if loss is not None:
+        body.append(_accumulate(loss_acc, loss, scale, library))
+    zeros = [Call(ZERO, [s], [0], builtin=True) for s in accs + [loss_acc] if s is not None]
+    begin = Call(BEGIN, [], [], builtin=True, attrs={"count": count, "slices": list(slices)})
+    end = Call(END, [], [], builtin=True)
+    return zeros + [begin] + body + [end], accs, loss_acc
+
+
+def _accumulate(acc: Slot, value: Slot, scale: Slot, library) -> Call:
+    """acc += value * scale, elementwise and in place."""
+    a = te.placeholder(acc.shape, acc.dtype, "acc")
+    v = te.placeholder(value.shape, value.dtype, "value")
+    s = te.placeholder((), scale.dtype, "scale")
+    out = te.compute(acc.shape, lambda *i: a(*i) + v(*i) * s(), name="acc_out")
+    kernel = library.add(te.create_prim_func([a, v, s, out]), "accumulate", in_place=True)
+    return Call(kernel.name, [acc, value, scale, acc], sorted(kernel.written))
+
+
+def _after_last_use(calls: list[Call], adds: list[Call], roots: list) -> list[Call]:
+    for add, root in zip(adds, roots):
+        last = max(i for i, c in enumerate(calls) if any(a.root is root for a in c.args))
+        calls.insert(last + 1, add)
+    return calls
+
+
+def call_repeats(program: Program) -> list[int]:
+    """How many times each call runs in one step (the loop body: k times)."""
+    repeats, count = [], 1
+    for call in program.calls:
+        if call.kernel == BEGIN:
+            count = call.attrs["count"]
+        repeats.append(count)
+        if call.kernel == END:
+            count = 1
+    return repeats
+
+
+def micro_batches_of(program: Program) -> int:
+    """k of a step program (1 without micro-batching)."""
+    return next((c.attrs["count"] for c in program.calls if c.kernel == BEGIN), 1)

@@ -1,0 +1,157 @@
+"""Micro-batching with gradient accumulation (program/micro_batch.py, memory/micro_batching.py).
+
+* A step forced to k micro-batches trains like PyTorch's full-batch step (SGD with momentum,
+  Adam): losses, parameters and optimizer state agree within float rounding, and predict
+  (looped over the micro-batches too) gives PyTorch's outputs.
+* A budget below every keep / recompute / page plan of the whole batch is met by
+  micro-batching: the compiler picks k > 1, the arena printed in model.c is within the
+  budget, and the step still trains like PyTorch's full-batch step.
+* A model with BatchNorm warns that batch statistics are per micro-batch.
+* A micro_batches value that is not a divisor of the batch is a clear CompileError.
+
+Tolerance: the C and PyTorch both compute in float32, and micro-batching only reorders the
+batch reductions of the gradients (k partial sums, each scaled by 1/k, a power of two here,
+so exactly) and of the loss. The same bound as tests/test_optimizers.py covers rounding of
+reordered float32 sums: 1e-5 of each tensor's largest magnitude (the losses: 1e-5 of the
+loss). A wrong scale or a lost micro-batch moves the parameters by the learning rate times
+a gradient, orders of magnitude more.
+"""
+
+import copy
+import re
+
+import numpy as np
+import pytest
+import torch
+from test_memory_guarantees import check_emitted_plan
+from torch import nn
+
+import ubitrain as ub
+from ubitrain.memory.budget import BudgetTooSmall
+
+TOL = 1e-5
+
+
+class SmallCnn(nn.Module):
+    """Activations dominate its memory: what micro-batching is for."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(),
+                                      nn.Conv2d(8, 8, 3, padding=1), nn.ReLU())
+        self.head = nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x):
+        return self.head(torch.flatten(self.features(x), 1))
+
+
+def _data(batch, steps=3):
+    torch.manual_seed(0)
+    model = SmallCnn()
+    data = [(torch.randn(batch, 1, 8, 8), torch.randint(0, 10, (batch,))) for _ in range(steps)]
+    return model, data
+
+
+def _assert_trains_like_torch(pkg, model, torch_opt, data):
+    trainer = pkg.build()
+    for x, y in data:
+        loss = trainer.step(x.numpy(), y.numpy())
+        torch_opt.zero_grad()
+        expected = nn.functional.cross_entropy(model(x), y)
+        expected.backward()
+        torch_opt.step()
+        assert abs(loss - expected.item()) <= TOL * abs(expected.item())
+    params = trainer.parameters()
+    for name, value in model.state_dict().items():
+        v = value.numpy()
+        assert np.abs(params[name] - v).max() <= TOL * np.abs(v).max(), name
+    state = trainer.optimizer_state()
+    for name, p in model.named_parameters():
+        for key, value in torch_opt.state[p].items():
+            if key != "step":
+                v = value.numpy()
+                assert np.abs(state[f"{name}.{key}"] - v).max() <= TOL * np.abs(v).max()
+    model.eval()
+    x = data[0][0]
+    out = model(x).detach().numpy()
+    assert np.abs(trainer.predict(x.numpy()) - out).max() <= TOL * np.abs(out).max()
+
+
+@pytest.mark.parametrize("k, ub_opt, make_torch", [
+    (2, ub.SGD(lr=0.1, momentum=0.9), lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)),
+    (4, ub.Adam(lr=0.01), lambda p: torch.optim.Adam(p, lr=0.01)),
+], ids=["sgd_momentum_k2", "adam_k4"])
+def test_forced_micro_batches_train_like_full_batch_torch(k, ub_opt, make_torch, tmp_path):
+    model, data = _data(8)
+    x, y = data[0]
+    pkg = ub.compile(copy.deepcopy(model), (x,), y, optimizer=ub_opt, micro_batches=k,
+                     out_dir=tmp_path / "mb")
+    train = pkg.programs["train_step"]
+    assert pkg.memory_plan.micro_batches == k
+    assert sum(c.kernel == "ub_micro_batch_begin" for c in train.calls) == 1
+    # One accumulator per trained parameter, and they are in the plan.
+    accs = {b.name for b in pkg.memory_plan.buffers if b.kind == "accumulator"}
+    assert len(accs) == len(list(model.parameters())) + 1  # and the loss
+    assert check_emitted_plan(pkg) == pkg.memory_plan.arena_bytes
+    _assert_trains_like_torch(pkg, model, make_torch(model.parameters()), data)
+
+
+def test_budget_only_micro_batching_meets(tmp_path):
+    model, data = _data(16, steps=2)
+    x, y = data[0]
+    opt = ub.SGD(lr=0.1, momentum=0.9)
+    with pytest.raises(BudgetTooSmall) as whole_batch:
+        ub.compile(model, (x,), y, optimizer=opt, memory_budget=1, micro_batches=1,
+                   out_dir=tmp_path / "k1")
+    budget = whole_batch.value.smallest_bytes - 1  # no plan at k = 1 fits this
+    pkg = ub.compile(copy.deepcopy(model), (x,), y, optimizer=opt, memory_budget=budget,
+                     out_dir=tmp_path / "mb")
+    plan = pkg.memory_plan
+    assert plan.micro_batches > 1
+    assert check_emitted_plan(pkg) == plan.arena_bytes <= budget
+    report = plan.budget
+    assert report.micro_batches == plan.micro_batches and report.micro_batch_seconds > 0
+    assert f"{plan.micro_batches} micro-batches" in report.summary()
+    assert report.accumulator_bytes == sum(b.nbytes for b in plan.buffers
+                                           if b.kind == "accumulator")
+    _assert_trains_like_torch(pkg, model, torch.optim.SGD(model.parameters(), lr=0.1,
+                                                          momentum=0.9), data)
+
+
+def test_smallest_budget_counts_micro_batching(tmp_path):
+    model, data = _data(4, steps=1)
+    x, y = data[0]
+    with pytest.raises(BudgetTooSmall) as err:
+        ub.compile(model, (x,), y, memory_budget=1, out_dir=tmp_path / "no")
+    message = str(err.value)
+    assert "micro-batching" in message and "k=1:" in message and "k=4:" in message
+    smallest = int(re.search(r"smallest budget that works is ([\d,]+) bytes",
+                             message).group(1).replace(",", ""))
+    assert smallest == err.value.smallest_bytes
+    pkg = ub.compile(model, (x,), y, memory_budget=smallest, out_dir=tmp_path / "fits")
+    assert check_emitted_plan(pkg) <= smallest
+
+
+def test_batchnorm_model_warns(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(4 * 6 * 6, 3))
+    x, y = torch.randn(4, 1, 8, 8), torch.randint(0, 3, (4,))
+    with pytest.warns(UserWarning, match=r"BatchNorm \(1\).*statistics of each micro-batch"):
+        pkg = ub.compile(model, (x,), y, micro_batches=2, out_dir=tmp_path / "bn")
+    assert "2 micro-batches" in pkg.memory_plan.summary()
+
+
+@pytest.mark.parametrize("value", [0, -2, 3, 2.0, True, "2"])
+def test_bad_micro_batches_is_a_compile_error(value, tmp_path):
+    model, data = _data(8, steps=1)
+    x, y = data[0]
+    with pytest.raises(ub.CompileError, match=r"micro_batches=.*\[1, 2, 4, 8\]"):
+        ub.compile(model, (x,), y, micro_batches=value, out_dir=tmp_path / "bad")
+
+
+def test_micro_batches_need_one_batch_dimension(tmp_path):
+    model, data = _data(8, steps=1)
+    x, y = data[0]
+    with pytest.raises(ub.CompileError, match=r"first dimensions are \[8, 6\]"):
+        ub.compile(model, (x,), y[:6], micro_batches=2, out_dir=tmp_path / "bad")
