@@ -1,6 +1,7 @@
 """The int8 step split between the CPU (host, or aarch64-neon under qemu-aarch64) and the DSP
 (hexagon-v66 under qemu-hexagon), joined by the offload interface over pipes: bit for bit the
-all-CPU int8 step and the numpy reference, also with the weight-gradient convs split by images. A missing toolchain skips locally and fails in CI (CI=true)."""
+all-CPU int8 step and the numpy reference, also with the weight-gradient convs split by
+images. A missing toolchain skips locally and fails in CI (CI=true)."""
 
 import numpy as np
 import pytest
@@ -50,8 +51,9 @@ def test_split_step_equals_all_cpu_step(tmp_path):
 
 def test_split_step_with_cpu_part_under_qemu_aarch64(tmp_path):
     """The Android setting: the CPU part built for aarch64-neon (NEON kernels) runs under
-    qemu-aarch64, the DSP part under qemu-hexagon, the two emulators joined by FIFOs; several
-    steps in one pair of emulator processes, bit for bit the all-CPU int8 step on the host."""
+    qemu-aarch64, the DSP part under qemu-hexagon, the two emulators joined by FIFOs, CPU
+    kernels running while the DSP works on a segment; several steps in one pair of emulator
+    processes, bit for bit the all-CPU int8 step on the host."""
     require_tools("hexagon-v66")
     require_tools("aarch64-neon")
     gen = np.random.default_rng(1)
@@ -67,6 +69,8 @@ def test_split_step_with_cpu_part_under_qemu_aarch64(tmp_path):
     cpu = ub.compile(model, (x,), y, precision="int8", optimizer=ub.NITI(**common),
                      out_dir=tmp_path / "cpu")
     assert "__neon" in (tmp_path / "split" / "model.c").read_text()  # the Android CPU's kernels
+    # the DSP's weight updates run while the CPU part computes the first layers' errors
+    assert any(ov.kernels for ov in split.overlaps)
     with split.build() as a, cpu.build() as b:
         for xb, yb in data:
             assert a.step(xb, yb) == b.step(xb, yb)

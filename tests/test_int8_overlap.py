@@ -30,7 +30,7 @@ def test_independent_kernel_runs_while_the_dsp_works():
     (ov,) = overlap.schedule(program, [seg], plan)
     assert ov.kernels == ["k_independent"]
     assert ov.stop.startswith("k_reads_b reads b") and "writes back" in ov.stop
-    order = [c.kernel for c in overlap.apply(program, [ov]).calls]
+    order = [c.kernel for c in overlap.apply(program, [seg], plan).calls]
     assert order == ["ub_dsp_submit_0", "k_independent", "ub_dsp_wait_0", "k_reads_b", "k_last"]
 
 
@@ -40,7 +40,7 @@ def test_shared_arena_bytes_are_a_dependency():
     program, seg, plan = step([0, 64, 128, 0])
     (ov,) = overlap.schedule(program, [seg], plan)
     assert ov.kernels == [] and "k_independent writes d, which overlaps a" in ov.stop
-    order = [c.kernel for c in overlap.apply(program, [ov]).calls]
+    order = [c.kernel for c in overlap.apply(program, [seg], plan).calls]
     assert order[:3] == ["ub_dsp_submit_0", "ub_dsp_wait_0", "k_independent"]
 
 
@@ -52,5 +52,38 @@ def test_reading_what_the_dsp_only_reads_overlaps():
     plan = SimpleNamespace(offsets={a: 0, b: 64, c: 128})
     (ov,) = overlap.schedule(program, [seg], plan)
     assert ov.kernels == ["k_reads_a"] and ov.stop == "end of the step"
-    order = [c.kernel for c in overlap.apply(program, [ov]).calls]
+    order = [c.kernel for c in overlap.apply(program, [seg], plan).calls]
     assert order == ["ub_dsp_submit_0", "k_reads_a", "ub_dsp_wait_0"]
+
+
+def test_segment_is_submitted_before_independent_cpu_kernels():
+    a, b, c, d = slots("a", "b", "c", "d")
+    seg = Segment(0, roots=[a, b], written={id(b)})
+    program = Program("train_step", [Call("k_writes_a", [c, a], [1]),
+                                     Call("k_independent", [c, d], [1]),
+                                     Call("ub_dsp_segment_0", [a, b], [0, 1]),
+                                     Call("k_reads_b", [b], [])])
+    plan = SimpleNamespace(offsets={a: 0, b: 64, c: 128, d: 192})
+    (ov,) = overlap.schedule(program, [seg], plan)
+    assert ov.before == ["k_independent"] and ov.after == []
+    order = [c.kernel for c in overlap.apply(program, [seg], plan).calls]
+    assert order == ["k_writes_a", "ub_dsp_submit_0", "k_independent", "ub_dsp_wait_0",
+                     "k_reads_b"]
+
+
+def test_dsp_weight_update_moves_past_independent_kernels_only():
+    w, err, x, h, e2, state = slots("w", "err", "x", "h", "e2", "state")
+    state.kind = "optimizer_state"
+    calls = [Call("ub_s8_conv2d_filter_grad_update_l3", [x, err, state, w], [2, 3]),
+             Call("ub_s8_conv2d_input_grad_l3", [err, w, state, e2], [2, 3]),  # reads w
+             Call("ub_s8_relu_backward_l1", [h, e2], [1]),
+             Call("ub_s8_conv2d_filter_grad_update_l0", [x, e2, state, h], [2, 3]),
+             Call("ub_s8_step_done_l0", [state], [0])]
+    where = ["dsp", "dsp", "cpu", "cpu", "cpu"]
+    placement = [SimpleNamespace(where=p, op=c.kernel[6:-3]) for p, c in zip(where, calls)]
+    # the input gradient reads the weight the update writes: the update stays first
+    assert overlap.defer_weight_updates(Program("t", calls), placement) == [0, 1, 2, 3, 4]
+    calls[1] = Call("ub_s8_conv2d_input_grad_l3", [err, x, state, e2], [2, 3])
+    # now it passes the DSP kernel (other state sites) and the CPU ReLU, not the CPU update
+    # that writes the state vector
+    assert overlap.defer_weight_updates(Program("t", calls), placement) == [1, 2, 0, 3, 4]

@@ -11,6 +11,7 @@ import torch
 
 from ..errors import CompileError
 from ..memory.plan import plan_memory
+from ..program.ir import Program
 from ..project.emit import render_project
 from ..targets import check_board_fit, get_target
 from .layers import LayerProgram
@@ -89,21 +90,28 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
     cpu_isa = isa_for(get_target(config.cpu_target)) if config.dsp_offload else isa_for(tgt)
     cache = config.dsp_cache_bytes if tgt.name == "hexagon-v66" else None
     progs = build_int8_programs(program, config, cpu_isa, cache)
+    placement = place(progs.train) if tgt.name == "hexagon-v66" else None
+    order = None
+    if config.dsp_offload:  # DSP weight updates late, to run beside CPU kernels (overlap.py)
+        from .overlap import defer_weight_updates
+        order = defer_weight_updates(progs.train, placement)
+        progs.train = Program(progs.train.name, [progs.train.calls[k] for k in order])
+        placement = [placement[k] for k in order]
     plan = plan_memory([progs.train, progs.predict], alignment=tgt.alignment)
     if memory_budget is not None:
         from ..memory.budget import check_budget
         check_budget(plan, memory_budget)
     check_board_fit(tgt, plan, progs.inputs, progs.labels, progs.output)
-    placement = place(progs.train) if tgt.name == "hexagon-v66" else None
     train, kernels, segments, overlaps = progs.train, progs.kernels, None, None
     if config.dsp_offload:
         from . import offload, overlap
         segments = offload.segments_of(progs.train, placement)
         train = offload.split_program(progs.train, segments)
         overlaps = overlap.schedule(train, segments, plan)
-        train = overlap.apply(train, overlaps)
+        train = overlap.apply(train, segments, plan)
         kernels = kernels + [offload.cpu_source(model_name, segments, plan, overlaps)]
         dsp = build_int8_programs(program, config, isa_for(tgt), cache)
+        dsp.train = Program(dsp.train.name, [dsp.train.calls[k] for k in order])
         offload.render_dsp(out_dir, model_name, progs.train, dsp.train, dsp.kernels, segments,
                            plan)
         offload.render_cpu_driver(out_dir, model_name)

@@ -1,13 +1,16 @@
 """Which CPU kernels of a split step run while the DSP works on a segment.
 
 The offload interface is asynchronous (ub_offload_submit, later ub_offload_wait). The CPU
-part submits a segment and runs the kernels that follow it in the step while the DSP works,
-up to the first kernel that conflicts with the segment; it waits for the segment before that
-kernel (and always before the next segment: the DSP runs one at a time). A kernel conflicts
-when any arena bytes it uses (arguments, scratch) overlap a buffer of the segment, unless it
-only reads them and the segment only reads them too: a transport may map the buffers instead
-of copying (FastRPC with ION), so the CPU must neither write what the DSP reads nor read what
-it writes back. The arena plan is that of the whole step, so byte ranges, not tensors, decide.
+part submits a segment before the CPU kernels that precede it in the step as long as they do
+not conflict with it, and runs the kernels that follow it up to the first one that conflicts;
+it waits for the segment before that kernel (and before the next segment: the DSP runs one
+at a time). defer_weight_updates orders the step so that the DSP's weight-gradient updates
+come after CPU kernels they do not depend on, which gives the early submit something to do.
+A kernel conflicts when any arena bytes it uses (arguments, scratch) overlap a buffer of the
+segment, unless it only reads them and the segment only reads them too: a transport may map
+the buffers instead of copying (FastRPC with ION), so the CPU must neither write what the DSP
+reads nor read what it writes back. The arena plan is that of the whole step, so byte ranges,
+not tensors, decide.
 """
 
 from __future__ import annotations
@@ -20,8 +23,14 @@ from ..program.ir import Call, Program
 @dataclass
 class Overlap:
     method: int
-    kernels: list[str] = field(default_factory=list)  # run between submit and wait
-    stop: str = ""  # why the next kernel waits for the segment
+    before: list[str] = field(default_factory=list)  # run after an early submit
+    after: list[str] = field(default_factory=list)  # run before a late wait
+    stop: str = ""  # why the wait comes where it does
+
+    @property
+    def kernels(self) -> list[str]:
+        """The CPU kernels that run while the DSP works on the segment."""
+        return self.before + self.after
 
 
 def _range(slot, plan) -> tuple[int, int]:
@@ -48,53 +57,106 @@ def conflict(call: Call, seg, plan) -> str:
     return ""
 
 
-def schedule(cpu_program: Program, segments, plan) -> list[Overlap]:
-    """Per segment, the CPU kernels after its submit and before its wait."""
-    by_kernel = {f"ub_dsp_segment_{s.method}": s for s in segments}
+def _segment_method(call: Call) -> int | None:
+    prefix = "ub_dsp_segment_"
+    return int(call.kernel[len(prefix):]) if call.kernel.startswith(prefix) else None
+
+
+def _blocks(cpu_program: Program, segments, plan):
+    """Per segment: (its index in the program, indices of the CPU calls before it that run
+    after its submit, indices after it that run before its wait, why the wait stops)."""
+    by_method = {s.method: s for s in segments}
     calls = cpu_program.calls
-    result = []
+    result, delayed = [], set()
     for k, call in enumerate(calls):
-        seg = by_kernel.get(call.kernel)
-        if seg is None:
+        method = _segment_method(call)
+        if method is None:
             continue
-        ov = Overlap(seg.method)
-        for nxt in calls[k + 1:]:
-            if nxt.kernel in by_kernel:
-                ov.stop = "the next DSP segment waits for this one"
+        seg = by_method[method]
+        before = []
+        for j in range(k - 1, -1, -1):  # submit early: not before the previous segment's wait
+            if _segment_method(calls[j]) is not None or j in delayed \
+                    or conflict(calls[j], seg, plan):
                 break
-            why = conflict(nxt, seg, plan)
+            before.insert(0, j)
+        after, stop = [], "end of the step"
+        for j in range(k + 1, len(calls)):  # wait late: the DSP runs one segment at a time
+            if _segment_method(calls[j]) is not None:
+                stop = "the next DSP segment waits for this one"
+                break
+            why = conflict(calls[j], seg, plan)
             if why:
-                ov.stop = why
+                stop = why
                 break
-            ov.kernels.append(nxt.kernel)
-        else:
-            ov.stop = "end of the step"
-        result.append(ov)
+            after.append(j)
+        delayed.update(after)
+        result.append((k, method, before, after, stop))
     return result
 
 
-def apply(cpu_program: Program, overlaps: list[Overlap]) -> Program:
-    """The CPU part with each segment call split into submit and wait, the wait placed after
-    the kernels that overlap it."""
-    by_method = {ov.method: ov for ov in overlaps}
-    calls, pending = [], []  # pending: (kernels left to pass, the wait call)
-    for call in cpu_program.calls:
-        if call.kernel.startswith("ub_dsp_segment_"):
-            method = int(call.kernel.rsplit("_", 1)[1])
-            calls.append(Call(f"ub_dsp_submit_{method}", call.args, call.outputs))
-            wait = Call(f"ub_dsp_wait_{method}", call.args, call.outputs)
-            left = len(by_method[method].kernels)
-            if left == 0:
-                calls.append(wait)
-            else:
-                pending.append([left, wait])
+def schedule(cpu_program: Program, segments, plan) -> list[Overlap]:
+    """Per segment, the CPU kernels between its submit and its wait."""
+    calls = cpu_program.calls
+    names = lambda indices: [calls[j].kernel for j in indices]  # noqa: E731
+    return [Overlap(method, names(before), names(after), stop)
+            for _, method, before, after, stop in _blocks(cpu_program, segments, plan)]
+
+
+def apply(cpu_program: Program, segments, plan) -> Program:
+    """The CPU part with each segment call split into a submit, as early as the data allow,
+    and a wait, as late as they allow."""
+    calls = cpu_program.calls
+    submit_at, wait_after = {}, {}
+    for k, method, before, after, _ in _blocks(cpu_program, segments, plan):
+        submit = Call(f"ub_dsp_submit_{method}", calls[k].args, calls[k].outputs)
+        wait = Call(f"ub_dsp_wait_{method}", calls[k].args, calls[k].outputs)
+        submit_at[before[0] if before else k] = submit
+        wait_after[after[-1] if after else k] = wait
+    out = []
+    for k, call in enumerate(calls):
+        if k in submit_at:
+            out.append(submit_at[k])
+        if _segment_method(call) is None:
+            out.append(call)
+        if k in wait_after:
+            out.append(wait_after[k])
+    return Program(cpu_program.name, out)
+
+
+def defer_weight_updates(train: Program, placement) -> list[int]:
+    """An order of the step's calls in which each DSP weight-gradient update runs as late as
+    the CPU kernels after it allow, so that its segment can be submitted before them and run
+    while they do (schedule). The update of a layer writes its weight and its own sites of
+    the state vector, and reads the step counter that only step_done writes: other DSP
+    kernels, which use other sites, may pass it; a CPU kernel that uses the state vector
+    may not (the segment writes the whole vector back)."""
+    order = list(range(len(train.calls)))
+    calls = train.calls
+
+    def blocks(a: Call, b: Call, b_on_dsp: bool) -> bool:
+        wa = {id(s.root) for i, s in enumerate(a.args) if i in a.outputs}
+        ra = {id(s.root) for s in a.args}
+        for i, s in enumerate(b.args):
+            r, writes = s.root, i in b.outputs
+            state = r.kind == "optimizer_state"
+            if state and b_on_dsp and not b.kernel.startswith("ub_s8_step_done"):
+                continue
+            if id(r) in wa or (writes and id(r) in ra):
+                return True
+        return False
+
+    for pos in range(len(order) - 1, -1, -1):
+        k = order[pos]
+        if placement[k].where != "dsp" or not placement[k].op.endswith("filter_grad_update"):
             continue
-        calls.append(call)
-        for entry in pending:
-            entry[0] -= 1
-        calls.extend(wait for left, wait in pending if left == 0)
-        pending = [entry for entry in pending if entry[0] > 0]
-    return Program(cpu_program.name, calls)
+        to = pos
+        while to + 1 < len(order):
+            j = order[to + 1]
+            if blocks(calls[k], calls[j], placement[j].where == "dsp"):
+                break
+            to += 1
+        order.insert(to, order.pop(pos))
+    return order
 
 
 def report(overlaps: list[Overlap]) -> str:
