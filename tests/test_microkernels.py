@@ -47,6 +47,9 @@ DEPTHWISE_CASES = [
     ((2, 6, 6, 10), (6, 1, 3, 3), (0, 0), (1, 1)),
 ]
 MICRO_TARGETS = sorted(name for name, t in TARGETS.items() if t.isa in GEMM_CORES)
+# The host's avx2 kernels once more built with -DUB_NO_AVX2: their plain-C fallback, what a
+# processor without AVX2/FMA (or a compiler without GNU C's target attributes) runs.
+PORTABLE = "host+UB_NO_AVX2"
 
 
 def _funcs():
@@ -120,15 +123,18 @@ def reference(func, inputs):
     return value.numpy().reshape(-1), magnitude.numpy().reshape(-1), terms
 
 
-@pytest.fixture(scope="module", params=MICRO_TARGETS)
+@pytest.fixture(scope="module", params=MICRO_TARGETS + [PORTABLE])
 def isa_run(request, tmp_path_factory):
     """Per target: every case built once as scalar and micro-kernel, run in one emulator
     process."""
-    target = TARGETS[request.param]
+    name, _, define = request.param.partition("+")
+    target = TARGETS[name]
     isa = target.isa
     require_tools(target.name)
     rng = np.random.default_rng(7)
     cases, support, refs = [], {}, []
+    if define:
+        support["define"] = f"#define {define} 1\n"  # ahead of the kernels' code
     for label, func in FUNCS:
         scalar = KernelLibrary("scalar").add(func, "k")
         lib = KernelLibrary(isa)
@@ -138,7 +144,7 @@ def isa_run(request, tmp_path_factory):
                   for p in func.params[:-1]]
         cases.append(harness.Case(label, [scalar, micro], inputs))
         refs.append(reference(func, inputs))
-    binary = harness.build(cases, support, target, tmp_path_factory.mktemp(f"uk_{target.name}"))
+    binary = harness.build(cases, support, target, tmp_path_factory.mktemp(f"uk_{name}"))
     return isa, cases, harness.run(binary, target, cases), refs
 
 
@@ -187,4 +193,4 @@ def test_compiled_model_calls_the_micro_kernels(target, tmp_path):
     ops = {op for _, op in called}
     assert {"conv2d", "conv2d_bwd_data", "conv2d_bwd_weight", "matmul"} <= ops, ops
     assert "microkernels/templates/common/conv2d.c.j2" in source
-    assert f"microkernels/templates/{isa}/gemm.c.j2" in source
+    assert f"microkernels/templates/{GEMM_CORES[isa].template}" in source

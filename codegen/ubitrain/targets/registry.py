@@ -73,8 +73,9 @@ MPS2_STACK = 64 * KiB
 TARGETS = {
     t.name: t
     for t in (
-        Target("host", "this machine's C compiler (plain C99 scalar kernels)", "scalar", 16,
-               True),
+        Target("host", "this machine's C compiler (C99; conv and matmul on AVX2+FMA "
+               "micro-kernels where the x86-64 processor has them, plain C otherwise)", "avx2",
+               16, True, kernel_variants=("avx2", "scalar")),
         Target("aarch64-neon", "AArch64 + NEON, the Android arm64-v8a ISA (the NDK builds the "
                "same project)",
                "neon", 16, False, vector_bytes=16, toolchain_dir="aarch64-neon",

@@ -17,6 +17,7 @@ class GemmCore:
     mr: int  # rows of C held in registers
     nr: int  # columns of C held in registers
     header: str  # the intrinsics header the core includes
+    nt_tile: str = "4x4"  # rows x columns of C of the NT GEMM (the conv weight gradient)
 
     @property
     def tile(self) -> str:
@@ -27,6 +28,8 @@ GEMM_CORES = {
     "neon": GemmCore("neon/gemm.c.j2", 6, 8, "arm_neon.h"),
     # Cortex-M4F/M7: the scalar FPU, register-blocked (CMSIS-DSP's token; no CMSIS code)
     "cmsis_dsp": GemmCore("cmsis_dsp/gemm.c.j2", 4, 4, "math.h"),
+    # x86-64 hosts: AVX2 + FMA behind a run-time CPU check, plain C otherwise (XNNPACK's token)
+    "avx2": GemmCore("x86/gemm.c.j2", 6, 16, "immintrin.h", nt_tile="4x3"),
 }
 
 # family -> (template, op token of the kernel name per mode)
@@ -50,6 +53,6 @@ def gemm_name(isa: str) -> str:
 def core_names(isa: str) -> dict:
     """The three functions of an ISA's GEMM template: the GEMM, the indirect GEMM (rows of
     B at offsets) and the NT GEMM (A . B^T)."""
-    tile = GEMM_CORES[isa].tile
-    return {"gemm": gemm_name(isa), "igemm": f"ub_f32_igemm_ukernel_{tile}__{isa}",
-            "gemm_nt": f"ub_f32_gemm_nt_ukernel_4x4__{isa}"}
+    core = GEMM_CORES[isa]
+    return {"gemm": gemm_name(isa), "igemm": f"ub_f32_igemm_ukernel_{core.tile}__{isa}",
+            "gemm_nt": f"ub_f32_gemm_nt_ukernel_{core.nt_tile}__{isa}"}
