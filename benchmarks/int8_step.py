@@ -24,6 +24,8 @@ the CPU part and the packets of the DSP part; the per-step count is again the di
 K and 2K steps. Transfers are the bytes each step's invocations send and receive (the pipe
 protocol of runtime_c/ub_offload_pipe.h: headers, IN buffers; status, OUT buffers). They are
 compared with the whole int8 step on the CPU (aarch64-neon) and on the DSP (hexagon-v66).
+The schedule says which CPU kernels run while the DSP works on each segment (overlap.py);
+the counts are per processor, so they do not show the time the overlap saves.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import numpy as np
 import torch
 
 import ubitrain as ub
-from ubitrain.int8 import simd
+from ubitrain.int8 import overlap, simd
 from ubitrain.int8.offload_trainer import build_emulated_split, start_dsp
 from ubitrain.runtime.target_build import build_driver
 from ubitrain.targets import get_target
@@ -185,6 +187,7 @@ def main(argv=None) -> int:
                                  mu=(5,), milestones=(), dsp_offload=True,
                                  cpu_target="aarch64-neon"))
             split = measure_split(pkg, x, y, args.steps)
+            split["overlap"] = overlap.report(pkg.overlaps).splitlines()
             whole = results["targets"]
             for name in ("aarch64-neon", "hexagon-v66"):
                 if name in whole:
@@ -198,6 +201,7 @@ def main(argv=None) -> int:
                   f"{', '.join(split['dsp_kernels'])}" + "".join(
                       f"; whole int8 step on {n}: {split[n + '_int8_step']:,.0f}"
                       for n in ("aarch64-neon", "hexagon-v66") if n + "_int8_step" in split))
+            print("\n".join(split["overlap"]))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1))
     print(f"wrote {args.out}")
