@@ -23,6 +23,12 @@ For each zoo model, target cost profile (memory/cost_model.py) and budget:
 * The smallest feasible budget is the placed arena of the least-memory plan (the number the
   infeasible-budget error states); the sweep spaces `--points` budgets evenly from the
   unconstrained arena down to it.
+* With micro-batching (memory/micro_batching.py, what `ub.compile(memory_budget=)` runs when
+  micro_batches is not given): at the same budgets, and further down to the smallest budget
+  over every k (the `--mb-points` budgets below the k = 1 smallest only micro-batching can
+  meet), the k chosen, its arena and its overhead (micro-batching + recompute + page, over
+  one plain step at k = 1 in the same cost model). A model with BatchNorm takes k > 1 only
+  where k = 1 cannot fit (its batch statistics would change); `mb_k` shows where it does.
 """
 
 import argparse
@@ -38,8 +44,9 @@ import torch
 import ubitrain as ub
 from ubitrain.errors import CompileError
 from ubitrain.kernels.library import KernelLibrary
-from ubitrain.memory.budget import CANDIDATE_FRACTION, fit_budget
+from ubitrain.memory.budget import CANDIDATE_FRACTION, BudgetTooSmall, fit_budget
 from ubitrain.memory.cost_model import KernelWork, profile_for
+from ubitrain.memory.micro_batching import batch_coupled_layers, fit_micro_batched
 from ubitrain.memory.plan import plan_memory
 from ubitrain.memory.remat_milp import BudgetProblem
 from ubitrain.program.build import build_programs
@@ -49,17 +56,37 @@ from ubitrain.training.graph import build_training_module
 from ubitrain.zoo import ZOO
 
 
+class Lowered:
+    """The step at k micro-batches, as fit_micro_batched takes it."""
+
+    def __init__(self, name, batch, target, k=1):
+        entry = ZOO[name]
+        torch.manual_seed(0)
+        x = torch.randn(batch, *entry.sample_shape)
+        y = torch.randint(0, entry.classes, (batch,))
+        tgt = get_target(target)
+        self.model = entry.factory()
+        self.tm = build_training_module(self.model, (x,), y, "cross_entropy", None, k)
+        self.library = KernelLibrary(tgt.isa)
+        self.train, self.predict = build_programs(self.tm, ub.SGD(lr=0.01, momentum=0.9),
+                                                  self.library, tgt.accumulate_dtype)[:2]
+        self.plan = plan_memory([self.train, self.predict], tgt.alignment)
+
+
 def programs(name, batch, target):
-    entry = ZOO[name]
-    torch.manual_seed(0)
-    x = torch.randn(batch, *entry.sample_shape)
-    y = torch.randint(0, entry.classes, (batch,))
-    tgt = get_target(target)
-    tm = build_training_module(entry.factory(), (x,), y, "cross_entropy", None)
-    library = KernelLibrary(tgt.isa)
-    train, predict = build_programs(tm, ub.SGD(lr=0.01, momentum=0.9), library,
-                                    tgt.accumulate_dtype)[:2]
-    return train, predict, library, plan_memory([train, predict], tgt.alignment)
+    low = Lowered(name, batch, target)
+    return low.train, low.predict, low.library, low.plan
+
+
+def micro_batched(first, relower, budget, target, batch):
+    """(k, arena, overhead) that the compile's search picks, or the smallest budget over
+    every k when nothing fits."""
+    coupled = bool(batch_coupled_layers(first.model, first.tm))
+    try:
+        _, _, plan = fit_micro_batched(first, relower, budget, target, batch, None, coupled)
+    except BudgetTooSmall as err:
+        return err.smallest_bytes
+    return plan.micro_batches, plan.arena_bytes, plan.budget.overhead
 
 
 def chen_plans(problem: BudgetProblem, train):
@@ -83,14 +110,21 @@ def chen_plans(problem: BudgetProblem, train):
                 c = cands[i]
                 live[c.u + 1:back] -= problem.bytes[i]
                 calls.update(c.replays[0].calls)
-            cost += sum(problem.work(train.calls[w]) for w in calls) * \
-                problem.profile.seconds_per_iteration
+            cost += problem.work.seconds([train.calls[w] for w in sorted(calls)],
+                                         problem.profile)
         plans.append((k, float(live.max()), cost, len(dropped)))
     return plans
 
 
-def sweep(name, batch, target, points):
-    train, predict, library, plan = programs(name, batch, target)
+def sweep(name, batch, target, points, mb_points):
+    first = Lowered(name, batch, target)
+    train, predict, library, plan = first.train, first.predict, first.library, first.plan
+    cache = {1: first}
+
+    def relower(k):  # each k is traced and lowered once per sweep
+        if k not in cache:
+            cache[k] = Lowered(name, batch, target, k)
+        return cache[k]
     alignment = plan.alignment
     arena, persistent = plan.arena_bytes, plan.persistent_bytes
     largest = max(s.nbytes for s in train.lifetimes())
@@ -102,11 +136,29 @@ def sweep(name, batch, target, points):
     except CompileError as err:
         smallest = int(str(err).split("smallest budget that works is ")[1].split(" ")[0]
                        .replace(",", ""))
+    mb_smallest = micro_batched(first, relower, 1, target, batch)
     chen = chen_plans(problem, train)
     sqrt_k = max(1, math.ceil(math.sqrt(max(len(chen), 1))))
-    rows = []
-    for budget in np.linspace(arena, smallest, points).astype(int):
+    budgets = list(np.linspace(arena, smallest, points).astype(int))
+    if mb_smallest < smallest:  # below the k = 1 smallest: micro-batching only
+        budgets += list(np.linspace(smallest, mb_smallest, mb_points + 1).astype(int))[1:]
+    for budget in budgets:
         budget = int(budget)
+        start = time.perf_counter()
+        mb = micro_batched(first, relower, budget, target, batch)
+        mb = mb if isinstance(mb, tuple) else None
+        mb_seconds = time.perf_counter() - start
+        row = dict(model=name, batch=batch, target=target, budget=budget,
+                   budget_over_arena=round(budget / arena, 4), unconstrained_arena=arena,
+                   smallest=smallest, mb_smallest=mb_smallest,
+                   mb_k=None if mb is None else mb[0], mb_arena=None if mb is None else mb[1],
+                   mb_overhead=None if mb is None else mb[2],
+                   mb_solve_seconds=round(mb_seconds, 3), chen_sqrt_k=sqrt_k, arena=None,
+                   overhead=None, recompute=0, page=0, solve_seconds=None,
+                   milp_overhead=None, milp_bound_overhead=None, chen_best_overhead=None)
+        if budget < smallest:  # no keep / recompute / page plan at k = 1
+            yield row
+            continue
         start = time.perf_counter()
         _, fitted = fit_budget(train, predict, plan, library, budget, target, batch)
         seconds = time.perf_counter() - start
@@ -115,10 +167,8 @@ def sweep(name, batch, target, points):
         fits = [c for c in chen if c[1] + persistent <= budget]
         best = min(fits, key=lambda c: c[2]) if fits else None
         sq = chen[sqrt_k - 1] if chen else None
-        row = dict(model=name, batch=batch, target=target, budget=budget,
-                   budget_over_arena=round(budget / arena, 4), arena=fitted.arena_bytes,
-                   unconstrained_arena=arena, smallest=smallest,
-                   overhead=rep.overhead, recompute=rep.counts.get("recompute", 0),
+        row.update(arena=fitted.arena_bytes, overhead=rep.overhead,
+                   recompute=rep.counts.get("recompute", 0),
                    page=rep.counts.get("page", 0), solve_seconds=round(seconds, 3),
                    milp_attempts=rep.attempts,
                    milp_overhead=None if opt is None else opt.cost / rep.step_seconds,
@@ -131,12 +181,15 @@ def sweep(name, batch, target, points):
                    chen_sqrt_peak=None if sq is None else int(sq[1] + persistent),
                    chen_sqrt_overhead=None if sq is None else sq[2] / rep.step_seconds,
                    candidates=len(cands))
-        rows.append(row)
         yield row
 
 
 def _pct(v):
     return "    -" if v is None else f"{100 * v:5.1f}%"
+
+
+def _num(v, fmt=","):
+    return "-" if v is None else format(v, fmt)
 
 
 def main():
@@ -145,29 +198,36 @@ def main():
     parser.add_argument("--batch", type=int, nargs="+", default=[8])
     parser.add_argument("--targets", nargs="+", default=["host", "cortex-m4"])
     parser.add_argument("--points", type=int, default=8)
+    parser.add_argument("--mb-points", type=int, default=3,
+                        help="budgets below the k = 1 smallest, down to the smallest over k")
     parser.add_argument("--out", type=Path, default=Path("results/budget_sweep.json"))
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     rows = []
     print(f"{'model':<19}{'b':>2} {'target':<10}{'budget':>10} {'/arena':>6} {'arena':>10} "
           f"{'ubitrain':>8} {'MILP opt':>8} {'bound':>7} {'Chen best':>9} {'rc':>3} {'pg':>3} "
-          f"{'solve s':>7}")
+          f"{'solve s':>7} {'mb k':>4} {'mb arena':>10} {'mb cost':>7}")
     for name in args.models:
         for batch in args.batch:
             for target in args.targets:
-                for r in sweep(name, batch, target, args.points):
+                for r in sweep(name, batch, target, args.points, args.mb_points):
                     rows.append(r)
                     print(f"{name:<19}{batch:>2} {target:<10}{r['budget']:>10,} "
-                          f"{r['budget_over_arena']:>6.3f} {r['arena']:>10,} "
+                          f"{r['budget_over_arena']:>6.3f} {_num(r['arena']):>10} "
                           f"{_pct(r['overhead']):>8} {_pct(r['milp_overhead']):>8} "
                           f"{_pct(r['milp_bound_overhead']):>7} "
                           f"{_pct(r['chen_best_overhead']):>9} {r['recompute']:>3} "
-                          f"{r['page']:>3} {r['solve_seconds']:>7.2f}", flush=True)
-                print(f"  Chen sqrt(n): k={r['chen_sqrt_k']}, peak {r['chen_sqrt_peak']:,} B "
-                      f"({r['chen_sqrt_peak'] / r['unconstrained_arena']:.3f} of the arena), "
-                      f"overhead {_pct(r['chen_sqrt_overhead'])}; smallest feasible "
-                      f"{r['smallest']:,} B ({r['smallest'] / r['unconstrained_arena']:.3f})",
-                      flush=True)
+                          f"{r['page']:>3} {_num(r['solve_seconds'], '.2f'):>7} "
+                          f"{_num(r['mb_k']):>4} {_num(r['mb_arena']):>10} "
+                          f"{_pct(r['mb_overhead']):>7}", flush=True)
+                sq = next(r for r in rows[::-1] if r["model"] == name and r["batch"] == batch
+                          and r["target"] == target and r["arena"] is not None)
+                print(f"  Chen sqrt(n): k={sq['chen_sqrt_k']}, peak {sq['chen_sqrt_peak']:,} B "
+                      f"({sq['chen_sqrt_peak'] / sq['unconstrained_arena']:.3f} of the arena), "
+                      f"overhead {_pct(sq['chen_sqrt_overhead'])}; smallest feasible "
+                      f"{sq['smallest']:,} B ({sq['smallest'] / sq['unconstrained_arena']:.3f}), "
+                      f"with micro-batching {sq['mb_smallest']:,} B "
+                      f"({sq['mb_smallest'] / sq['unconstrained_arena']:.3f})", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=1))
     print(f"written to {args.out}")

@@ -153,6 +153,8 @@ ERRORS = [
     (["compile", f"{FACTORY}:factory", "--target", "pdp-11"], "unknown target 'pdp-11'"),
     (["compile", f"{FACTORY}:factory", "--optimizer", "rmsprop"], "unknown optimizer"),
     (["compile", f"{FACTORY}:factory", "--input-shape", "1,8,8"], "--input-shape applies"),
+    (["compile", f"{FACTORY}:factory", "--batch", "4", "--micro-batches", "3"],
+     "micro_batches=3 does not divide the batch of 4; use one of [1, 2, 4]"),
     (["demo", "--epochs", "0"], "at least one epoch"),
 ]
 

@@ -6,7 +6,8 @@
 * A budget below every keep / recompute / page plan of the whole batch is met by
   micro-batching: the compiler picks k > 1, the arena printed in model.c is within the
   budget, and the step still trains like PyTorch's full-batch step.
-* A model with BatchNorm warns that batch statistics are per micro-batch.
+* A model with BatchNorm warns that batch statistics are per micro-batch, and trains as
+  PyTorch's gradient accumulation over the same micro-batches does.
 * A micro_batches value that is not a divisor of the batch is a clear CompileError.
 
 Tolerance: the C and PyTorch both compute in float32, and micro-batching only reorders the
@@ -132,14 +133,36 @@ def test_smallest_budget_counts_micro_batching(tmp_path):
     assert check_emitted_plan(pkg) <= smallest
 
 
-def test_batchnorm_model_warns(tmp_path):
+def test_batchnorm_model_warns_and_trains_like_torch_accumulation(tmp_path):
+    """What the warning says: BatchNorm over each micro-batch, running statistics updated
+    per micro-batch, exactly PyTorch's gradient accumulation over the same chunks."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
                           nn.Linear(4 * 6 * 6, 3))
     x, y = torch.randn(4, 1, 8, 8), torch.randint(0, 3, (4,))
     with pytest.warns(UserWarning, match=r"BatchNorm \(1\).*statistics of each micro-batch"):
-        pkg = ub.compile(model, (x,), y, micro_batches=2, out_dir=tmp_path / "bn")
+        pkg = ub.compile(copy.deepcopy(model), (x,), y, optimizer=ub.SGD(lr=0.1),
+                         micro_batches=2, out_dir=tmp_path / "bn")
     assert "2 micro-batches" in pkg.memory_plan.summary()
+    trainer = pkg.build()
+    reference = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        loss = trainer.step(x.numpy(), y.numpy())
+        reference.zero_grad()
+        expected = 0.0
+        for xs, ys in zip(x.chunk(2), y.chunk(2)):
+            part = nn.functional.cross_entropy(model(xs), ys) / 2
+            part.backward()
+            expected += part.item()
+        reference.step()
+        assert abs(loss - expected) <= TOL * abs(expected)
+    params = trainer.parameters()
+    for name, value in model.state_dict().items():
+        v = value.numpy()
+        if v.dtype.kind == "i":  # num_batches_tracked: once per micro-batch, as in PyTorch
+            assert np.array_equal(params[name], v), name
+        else:
+            assert np.abs(params[name] - v).max() <= TOL * np.abs(v).max(), name
 
 
 @pytest.mark.parametrize("value", [0, -2, 3, 2.0, True, "2"])

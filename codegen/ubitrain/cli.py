@@ -112,7 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shape of one input sample without the batch dimension, e.g. 1,8,8 "
                         "(only when the factory returns only a module)")
     c.add_argument("--memory-budget", default=None,
-                   help="fail unless the arena fits, e.g. 256KiB or 262144")
+                   help="arena budget, e.g. 256KiB or 262144: micro-batch, recompute and page "
+                        "to fit, or fail naming the smallest budget that works")
+    c.add_argument("--micro-batches", type=int, default=None, metavar="K",
+                   help="run each step as K micro-batches with gradient accumulation "
+                        "(default: as the memory budget needs, else 1)")
     c.add_argument("--target", default="host", help='target name (default host; see '
                    '"ubitrain targets")')
     c.add_argument("--out-dir", default=None,
@@ -350,7 +354,8 @@ def cmd_compile(args) -> int:
         optimizer = ub.NITI(adaptive_rescale=args.adaptive_rescale)
     pkg = ub.compile(module, inputs, labels, loss=args.loss, optimizer=optimizer,
                      target=args.target, memory_budget=args.memory_budget, out_dir=out_dir,
-                     progress=_progress(args), precision=args.precision)
+                     progress=_progress(args), precision=args.precision,
+                     micro_batches=args.micro_batches)
     batch = int(inputs[0].shape[0]) if len(inputs[0].shape) else 1
     name = Path(args.model).name if args.model.endswith(".onnx") else type(module).__name__
     print(f"compiled {name} for target {args.target} in "
