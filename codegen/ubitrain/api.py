@@ -18,6 +18,7 @@ from .memory.micro_batching import (
     batch_coupled_layers,
     check_micro_batches,
     fit_micro_batched,
+    one_batch_dimension,
     warn_batch_coupled,
 )
 from .memory.plan import MemoryPlan, plan_memory
@@ -187,7 +188,8 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
         if memory_budget is not None:  # micro-batch / recompute / page to fit (memory/)
             low, train, plan = fit_micro_batched(
                 low, lambda k: _lower(trace(k), optimizer, tgt, fusion), memory_budget,
-                target, batch, micro_batches, bool(batch_coupled_layers(model, tm)))
+                target, batch, micro_batches, bool(batch_coupled_layers(model, tm)),
+                one_batch_dimension(example_inputs, labels))
         tm, library, predict, state, opt_state = (low.tm, low.library, low.predict,
                                                   low.state, low.opt_state)
         inputs, label_slot, output, frozen = low.inputs, low.labels, low.output, low.frozen

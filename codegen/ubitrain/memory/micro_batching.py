@@ -21,11 +21,14 @@ with BatchNorm, k > 1 is used only when no plan at k = 1 fits, and the user is w
 
 from __future__ import annotations
 
+import time
 import warnings
 
 from ..errors import CompileError
 from ..program.ir import Program
 from .cost_model import KernelWork, profile_for
+
+SEARCH_SECONDS = 60.0  # no new k is lowered after this once some k fits
 
 
 def divisors(n: int) -> list[int]:
@@ -86,20 +89,34 @@ def warn_batch_coupled(model, tm, k: int, batch: int) -> None:
         stacklevel=3)
 
 
+def one_batch_dimension(example_inputs, labels) -> bool:
+    """Every input and the labels have the same batch as dimension 0 (what k > 1 splits)."""
+    tensors = list(example_inputs) + [labels]
+    return all(t.dim() and t.shape[0] == tensors[0].shape[0] for t in tensors)
+
+
 def fit_micro_batched(first, relower, budget, target: str, batch: int,
-                      forced: int | None = None, coupled: bool = False):
+                      forced: int | None = None, coupled: bool = False,
+                      splittable: bool = True):
     """The lowered step (`first`, at k = forced or 1, or one `relower(k)` returns) and its
     plan, fitted to `budget`: (lowered, train program, plan). `coupled`: the model has
-    batch-coupled layers (BatchNorm), so k > 1 is tried only when k = 1 cannot fit."""
+    batch-coupled layers (BatchNorm), so k > 1 is tried only when k = 1 cannot fit;
+    `splittable`: False when the inputs share no batch dimension (only k = 1)."""
     from .budget import BudgetTooSmall, fit_budget, parse_bytes  # scipy: only under a budget
 
     limit = parse_bytes(budget)
     profile = profile_for(target)
     first_k = forced or 1
-    ks = [first_k] if forced else divisors(batch)
+    ks = [first_k] if forced else divisors(batch) if splittable else [1]
     fitted, smallest = [], {}
+    start = time.perf_counter()
     for k in ks:
-        low = first if k == first_k else relower(k)
+        if fitted and time.perf_counter() - start > SEARCH_SECONDS:
+            break
+        try:
+            low = first if k == first_k else relower(k)
+        except CompileError:  # the model does not trace at B/k (a batch fixed in a reshape)
+            continue
         try:
             train, plan = fit_budget(low.train, low.predict, low.plan, low.library, budget,
                                      target, batch)
