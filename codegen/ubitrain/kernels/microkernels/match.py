@@ -126,6 +126,18 @@ def match_conv2d(info: dict, out_shape: list[int]):
     return "conv2d", p
 
 
+def _col2im(p: dict) -> dict:
+    """The data gradient of a strided conv as a GEMM into columns and a col2im (see
+    templates/common/conv2d.c.j2): cols of `rows` rows of dy, then w^T [O*KH*KW, C]."""
+    Kc = p["O"] * p["KH"] * p["KW"]
+    p.update(variant="col2im", rows=_rows(Kc * p["W"], p["H"]))
+    p["wt_offset"] = _align(4 * Kc * p["rows"] * p["W"])
+    p["scratch_bytes"] = p["wt_offset"] + _align(4 * Kc * p["C"])
+    p["doc"] = (f"conv2d bwd_data (col2im, a conv2d_transpose): stride {p['sh']}x{p['sw']}, "
+                f"dilation {p['dh']}x{p['dw']}, padding {p['pt']},{p['pl']}")
+    return p
+
+
 def match_conv2d_transpose(info: dict, out_shape: list[int]):
     a = info["attrs"]
     layouts = (a["data_layout"], a["kernel_layout"], a["out_layout"])
@@ -146,6 +158,8 @@ def match_conv2d_transpose(info: dict, out_shape: list[int]):
     top, left = (KH - 1) * dh - pt, (KW - 1) * dw - pl
     Hp, Wp = H_out + (KH - 1) * dh, W_out + (KW - 1) * dw
     fits = top + H <= Hp and left + W <= Wp
+    if (sh, sw) != (1, 1) and not pointwise:
+        return "conv2d", _col2im(p)
     _variant(p, (sh, sw) == (1, 1) and fits, Hp, Wp, top, left)
     p["doc"] = (f"conv2d bwd_data ({p['variant']}, a conv2d_transpose): stride {sh}x{sw}, "
                 f"dilation {dh}x{dw}, padding {pt},{pl}")
