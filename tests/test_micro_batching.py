@@ -7,7 +7,8 @@
   micro-batching: the compiler picks k > 1, the arena printed in model.c is within the
   budget, and the step still trains like PyTorch's full-batch step.
 * A model with BatchNorm warns that batch statistics are per micro-batch, and trains as
-  PyTorch's gradient accumulation over the same micro-batches does.
+  PyTorch's gradient accumulation over the same micro-batches does; a non-finite loss in a
+  later micro-batch leaves every parameter and running statistic as it was.
 * A micro_batches value that is not a divisor of the batch is a clear CompileError.
 
 Tolerance: the C and PyTorch both compute in float32, and micro-batching only reorders the
@@ -163,6 +164,13 @@ def test_batchnorm_model_warns_and_trains_like_torch_accumulation(tmp_path):
             assert np.array_equal(params[name], v), name
         else:
             assert np.abs(params[name] - v).max() <= TOL * np.abs(v).max(), name
+    # A non-finite loss in the last micro-batch changes no state, running statistics included.
+    bad = x.clone()
+    bad[-1, 0, 0, 0] = float("nan")
+    with pytest.raises(ub.RuntimeStatusError, match="not finite"):
+        trainer.step(bad.numpy(), y.numpy())
+    after = trainer.parameters()
+    assert all(np.array_equal(params[n], after[n]) for n in params)
 
 
 @pytest.mark.parametrize("value", [0, -2, 3, 2.0, True, "2"])

@@ -16,7 +16,8 @@ k fits, the error states the smallest budget over every k.
 
 Micro-batching changes what batch-coupled layers compute (BatchNorm's batch statistics are
 per micro-batch), while keep / recompute / page give the very same bits. So for a model
-with BatchNorm, k > 1 is used only when no plan at k = 1 fits, and the user is warned.
+with BatchNorm, k > 1 is used only when no plan at k = 1 fits, and then the smallest k that
+fits (the statistics closest to the batch's); the user is warned.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def fit_micro_batched(first, relower, budget, target: str, batch: int,
         if not plan.budget.attempts or coupled:  # a larger k only costs more, or changes
             break  # what BatchNorm computes
     if not fitted:
-        _too_small(budget, limit, batch, target, first, smallest, forced)
+        _too_small(budget, limit, batch, target, first, smallest, forced, splittable)
     _, k, low, train, plan, step = min(fitted, key=lambda f: (f[0], f[1]))
     if k > 1:
         one = first if first_k == 1 else relower(1)
@@ -141,7 +142,7 @@ def fit_micro_batched(first, relower, budget, target: str, batch: int,
     return low, train, plan
 
 
-def _too_small(budget, limit, batch, target, first, smallest: dict, forced):
+def _too_small(budget, limit, batch, target, first, smallest: dict, forced, splittable):
     from .budget import BudgetTooSmall
 
     least = min(smallest, key=lambda k: (smallest[k], k))
@@ -150,6 +151,9 @@ def _too_small(budget, limit, batch, target, first, smallest: dict, forced):
     if forced:
         space, advice = (f"with micro_batches={forced}, recomputation and paging",
                          "leave micro_batches=None to let the compiler choose it, ")
+    elif not splittable:
+        space, advice = ("with recomputation and paging (micro-batching needs every input "
+                         "and the labels to have the batch as dimension 0)"), ""
     else:
         space, advice = "even with micro-batching, recomputation and paging", ""
     tried = ", ".join(f"k={k}: {b:,}" for k, b in smallest.items())

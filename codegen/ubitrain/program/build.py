@@ -25,7 +25,7 @@ from ..lowering.reductions import reduction_legalizations
 from ..training.graph import TrainingModule
 from .inplace import share_in_place
 from .ir import Call, Program, Slot
-from .micro_batch import loop_calls, micro_slices, whole_batch
+from .micro_batch import loop_calls, micro_slices, shadow_of, whole_batch
 
 
 def legalize(mod: tvm.IRModule, accumulate_dtype: str = "float32") -> tvm.IRModule:
@@ -151,7 +151,10 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
 
     # ---- train_step -------------------------------------------------------------------------
     train_fn = mod["main"]
-    train_state = [parts.get(s.name) or state[s.name] for s in g.state]
+    # With micro-batches, BatchNorm's running statistics go through shadows copied back
+    # after the loop, so that a non-finite loss in any micro-batch leaves the state as it was.
+    shadows = {n: shadow_of(state[n]) for n in tm.buffer_updates} if k > 1 else {}
+    train_state = [shadows.get(s.name) or parts.get(s.name) or state[s.name] for s in g.state]
     env = dict(zip(train_fn.params, step_io + train_state))
     walker = _FunctionWalker(mod, library, env, "tr_")
     # Dropout masks are the function's last parameters; the runtime draws them first.
@@ -173,15 +176,14 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
     loss_out = Slot("loss", (), "float32", "output")
     calls.insert(loss_at + 1, Call("ub_check_loss", [loss], [], builtin=True))
     for name, new in zip(tm.buffer_updates, new_buffers):
-        calls.append(Call("ub_copy", [new, state[name]], [1], builtin=True))
-    if tm.micro_batches > 1:  # the calls so far run once per micro-batch
-        calls, grads, loss = loop_calls(calls, grads, loss, tm.micro_batches,
-                                        zip(step_io, inputs + [labels]), library)
+        calls.append(Call("ub_copy", [new, shadows.get(name, state[name])], [1], builtin=True))
+    if k > 1:  # the calls so far run once per micro-batch
+        calls, grads, loss = loop_calls(calls, grads, loss, k, zip(step_io, inputs + [labels]),
+                                        library, [(shadows[n], state[n]) for n in shadows])
     coef_call, updates = _optimizer_calls(tm, optimizer, library, state, parts, opt_state,
                                           grads)
     if coef_call:  # after the loop, the update reads every micro-batch's parameters
-        calls = [coef_call] + (_place_early(calls, updates) if tm.micro_batches == 1
-                               else calls + updates)
+        calls = [coef_call] + (_place_early(calls, updates) if k == 1 else calls + updates)
     calls.append(Call("ub_copy", [loss, loss_out], [1], builtin=True))
     train = Program("train_step", calls)
 

@@ -10,6 +10,7 @@ the rows of its input and output, which nothing couples in evaluation mode):
         forward, loss check, backward on samples [mb·B/k, (mb+1)·B/k)
         acc_p += grad_p / k   after the last use of grad_p (so grad_p dies there)
         loss_acc += loss / k
+    copy BatchNorm's running statistics back from their shadows (see below)
     optimizer update of every p from acc_p   (placed after the loop by program/build.py)
 
 With a mean loss every micro-batch's loss and gradients are means over B/k samples, so the
@@ -19,7 +20,10 @@ by every micro-batch. The accumulators ("accumulator" slots, one per trained par
 are the price; they live from the zeroing to the update, so the arena planner keeps them
 through the whole loop, and program/remat.py never pages or recomputes them. Everything
 else in the body lives within one iteration, so the lifetimes of the flat call list are the
-lifetimes of every iteration.
+lifetimes of every iteration. BatchNorm's running statistics are updated by every
+micro-batch, in a shadow copy ("accumulator" too) that goes back to the state after the
+loop: like the plain step, a step whose loss is not finite in any micro-batch changes no
+state.
 """
 
 from __future__ import annotations
@@ -44,11 +48,18 @@ def whole_batch(shape: tuple, count: int) -> tuple:
     return (shape[0] * count,) + tuple(shape[1:]) if count > 1 else tuple(shape)
 
 
+def shadow_of(buffer: Slot) -> Slot:
+    """Where the loop keeps a state buffer (BatchNorm's running statistics) that every
+    micro-batch updates, until the loop has checked every micro-batch's loss."""
+    return Slot(f"{buffer.name}_shadow", buffer.shape, buffer.dtype, "accumulator")
+
+
 def loop_calls(body: list[Call], grads: list, loss: Slot | None, count: int, slices,
-               library):
+               library, shadows=()):
     """(the calls of the whole step before the optimizer update, the accumulated gradients,
-    the accumulated loss). `slices`: (micro-batch slot, full slot) pairs. Without a loss
-    (predict) the body only runs over the slices."""
+    the accumulated loss). `slices`: (micro-batch slot, full slot) pairs; `shadows`:
+    (shadow, state buffer) pairs, copied in before the loop and back after it. Without a
+    loss (predict) the body only runs over the slices."""
     accs = [Slot(f"{g.root.name}_acc", g.shape, g.dtype, "accumulator") for g in grads]
     scale = Slot("micro_batch_scale", (), "float32", "constant",
                  np.array(1.0 / count, dtype="float32"))
@@ -60,7 +71,9 @@ def loop_calls(body: list[Call], grads: list, loss: Slot | None, count: int, sli
     zeros = [Call(ZERO, [s], [0], builtin=True) for s in accs + [loss_acc] if s is not None]
     begin = Call(BEGIN, [], [], builtin=True, attrs={"count": count, "slices": list(slices)})
     end = Call(END, [], [], builtin=True)
-    return zeros + [begin] + body + [end], accs, loss_acc
+    shadow_in = [Call("ub_copy", [state, shadow], [1], builtin=True) for shadow, state in shadows]
+    shadow_out = [Call("ub_copy", [shadow, state], [1], builtin=True) for shadow, state in shadows]
+    return zeros + shadow_in + [begin] + body + [end] + shadow_out, accs, loss_acc
 
 
 def _accumulate(acc: Slot, value: Slot, scale: Slot, library) -> Call:
