@@ -66,15 +66,16 @@ class _Builder:
     def kernel(self, template: str, op: str, layer: int, **params) -> str:
         name = f"ub_s8_{op}_l{layer}_ukernel__{self.isa}"
         if name not in self.kernels:
-            self.kernels[name] = ENV.get_template(template).render(name=name, **params)
+            self.kernels[name] = ENV.get_template(template).render(name=name, isa=self.isa,
+                                                                   **params)
         return name
 
     def im2col(self, layer_index: int, layer: Conv) -> str | None:
         """The patch gatherer of a convolution, emitted once before its first user."""
         if layer.linear:
             return None
-        return self.kernel("niti_conv2d.c.j2", "im2col", layer_index, variant="im2col",
-                           isa=self.isa, **_conv_params(layer))
+        return self.kernel(_conv_template(layer, self.isa), "im2col", layer_index,
+                           variant="im2col", **_conv_params(layer))
 
     def tables(self, layer_index: int, layer: Elementwise) -> str:
         """The tables of a float-fallback op, emitted once before their first user."""
@@ -113,9 +114,16 @@ def _tap_ranges(taps: int, stride: int, pad: int, size: int, out: int) -> list[t
     return ranges
 
 
-def _conv_template(layer: Conv) -> str:
-    """Linear layers get their own loops: dot products and axpys over contiguous rows."""
-    return "niti_linear.c.j2" if layer.linear else "niti_conv2d.c.j2"
+# ISAs whose int8 strength is a dot product over contiguous bytes (Cortex-M SMLAD): their
+# layers keep position-major patches, a dot per output and an axpy per nonzero error
+# (niti_*_dot.c.j2); the others go through the gemms of niti_simd.
+DOT_ISAS = ("cmsis_dsp",)
+
+
+def _conv_template(layer: Conv, isa: str) -> str:
+    """Linear layers get their own loops over contiguous rows."""
+    suffix = "_dot" if isa in DOT_ISAS else ""
+    return f"niti_{'linear' if layer.linear else 'conv2d'}{suffix}.c.j2"
 
 
 def _patch_bytes(layer: Conv) -> int:
@@ -182,7 +190,8 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
             in_exps.append(exp_index)
             if isinstance(layer, Conv):
                 y = bld.slot(layer.out_shape[:2] if layer.linear else layer.out_shape, what="y")
-                name = bld.kernel(_conv_template(layer), _op(layer) + suffix, i, variant="forward",
+                name = bld.kernel(_conv_template(layer, isa), _op(layer) + suffix, i,
+                                  variant="forward",
                                   site=site_offset(layer.fwd_site), mode=mode,
                                   max_interval=config.max_interval, in_exp=exp_index,
                                   im2col=bld.im2col(i, layer), **_conv_params(layer))
@@ -242,7 +251,7 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
             err_in = None
             if layer.error_site >= 0:
                 err_in = bld.slot(x_in.shape, what="err")
-                name = bld.kernel(_conv_template(layer), _op(layer) + "_input_grad", i,
+                name = bld.kernel(_conv_template(layer, isa), _op(layer) + "_input_grad", i,
                                   variant="input_grad", site=site_offset(layer.error_site),
                                   mode=train_mode, max_interval=config.max_interval, **params)
                 # the columns of one image: K x OH*OW int32
@@ -252,7 +261,7 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
                                   attrs=_macs(layer)))
             n_w = elements(layer.weight_shape)
             chunk = weight_grad_chunk(layer, cache_bytes)
-            name = bld.kernel(_conv_template(layer), _op(layer) + "_filter_grad_update", i,
+            name = bld.kernel(_conv_template(layer, isa), _op(layer) + "_filter_grad_update", i,
                               variant="filter_update", site=site_offset(layer.grad_site),
                               mode=train_mode, max_interval=config.max_interval,
                               schedule=schedule, im2col=bld.im2col(i, layer), chunk=chunk,
