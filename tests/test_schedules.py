@@ -41,9 +41,20 @@ def _depthwise():
     return [x, w, topi.nn.depthwise_conv2d_nchw(x, w, 2, 1, 1)]
 
 
+def _relu6():  # elementwise over a small feature map: an innermost loop of 8
+    x = te.placeholder((4, 16, 8, 8), "float32", "x")
+    return [x, topi.clip(x, 0.0, 6.0)]
+
+
+def _scale_per_channel():  # a broadcast operand: its index is not the output's
+    x = te.placeholder((4, 16, 8, 8), "float32", "x")
+    s = te.placeholder((16,), "float32", "s")
+    return [x, s, te.compute(x.shape, lambda n, c, h, w: x[n, c, h, w] * s[c], "scaled")]
+
+
 CASES = {"conv": _conv, "conv_strided": lambda: _conv(stride=2, hw=9), "matmul": _matmul,
          "conv_transpose": _conv_transpose, "weight_grad": _weight_grad,
-         "depthwise": _depthwise}
+         "depthwise": _depthwise, "relu6": _relu6, "scale_per_channel": _scale_per_channel}
 
 
 def _run(func, arrays):
@@ -74,3 +85,16 @@ def test_tiled_conv_and_matmul_have_no_condition_in_the_loop_nest(case):
     plain = print_kernel(lower_prim_func(SCHEDULES["inline_only"](func)), "k").source
     assert "== 0)" in plain  # the unscheduled init condition: if (k == 0) out = 0
     assert "== 0)" not in tiled
+
+
+def test_short_elementwise_nest_becomes_one_loop_without_divisions():
+    """gcc does not vectorise an elementwise nest whose innermost loop is short; the schedule
+    fuses it into one loop, but not where that would index an operand by division."""
+    def printed(case):
+        func = te.create_prim_func(CASES[case]())
+        return print_kernel(lower_prim_func(SCHEDULES["default"](func)), "k").source
+
+    relu6, scaled = printed("relu6"), printed("scale_per_channel")
+    assert relu6.count("for (") == 1
+    assert scaled.count("for (") == 4
+    assert "floordiv" not in scaled and "floormod" not in scaled and "%" not in scaled

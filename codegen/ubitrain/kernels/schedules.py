@@ -6,12 +6,14 @@ kernel's largest scratch buffer. In a fused kernel, elementwise intermediates ar
 into their elementwise consumers too, so a fused chain is one loop nest. The default
 schedule then orders and tiles the reduction blocks (conv, conv gradients, matmuls) so that
 the innermost loop is unit-stride, free of conditions and vectorizable by the C compiler
-(reduction_schedule.py). Targets pick a
+(reduction_schedule.py), and fuses the loops of elementwise blocks into one long loop
+(elementwise_schedule.py). Targets pick a
 schedule by name in `SCHEDULES`; "inline_only" is the unscheduled reference.
 """
 
 from tvm import s_tir, tirx
 
+from .elementwise_schedule import fuse_elementwise
 from .reduction_schedule import tile_reductions
 
 INLINE_PREFIXES = ("pad", "T_pad", "data_dilate", "T_reshape", "T_broadcast", "T_full",
@@ -25,7 +27,7 @@ def inline_cheap_producers(func: tirx.PrimFunc) -> tirx.PrimFunc:
 def tiled(func: tirx.PrimFunc) -> tirx.PrimFunc:
     sch = _inline(s_tir.Schedule(func))
     tile_reductions(sch)
-    return sch.mod["main"]
+    return fuse_elementwise(sch).mod["main"]
 
 
 def _inline(sch: s_tir.Schedule) -> s_tir.Schedule:
