@@ -51,8 +51,8 @@ PROFILES = {
         "host", 1.0e-9, 1.0e9, 2.0e9, 20e-6, 20e-9,
         "x86-64 at ~3 GHz running the -O3 scalar kernels at ~3 cycles per iteration; per "
         "call ~60 cycles (benchmarks/micro_batch_speed.py: digits_cnn at batch 16 as 16 "
-        "micro-batches runs 16x the calls in 1.10x the time of one batch, where iterations "
-        "alone predict 1.15x, so the per-call cost is below what it resolves); a "
+        "micro-batches runs 16x the calls in 1.10-1.12x the time of one batch, where "
+        "iterations alone predict 1.15x, so the per-call cost is below what it resolves); a "
         "page is a file on an NVMe SSD through the OS page cache (~1 GB/s write, ~2 GB/s "
         "read, ~20 us per fopen/fwrite/fclose in ub_storage_file.c)"),
     "aarch64-neon": CostProfile(
