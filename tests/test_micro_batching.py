@@ -194,3 +194,19 @@ def test_micro_batches_need_one_batch_dimension(tmp_path):
     x, y = data[0]
     with pytest.raises(ub.CompileError, match=r"first dimensions are \[8, 6\]"):
         ub.compile(model, (x,), y[:6], micro_batches=2, out_dir=tmp_path / "bad")
+
+
+class FixedBatch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.fc(x.reshape(8, 6))
+
+
+def test_a_model_with_a_fixed_batch_cannot_be_micro_batched(tmp_path):
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+    with pytest.raises(ub.CompileError, match=r"micro_batches=2 traces the model on "
+                                              r"micro-batches of 4 samples, which failed"):
+        ub.compile(FixedBatch(), (x,), y, micro_batches=2, out_dir=tmp_path / "fixed")

@@ -176,7 +176,15 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
         micro_batches = check_micro_batches(micro_batches, example_inputs, labels)
 
     def trace(k):
-        return build_training_module(model, example_inputs, labels, loss, trainable, k)
+        try:
+            return build_training_module(model, example_inputs, labels, loss, trainable, k)
+        except CompileError as err:
+            if k == 1:
+                raise
+            raise CompileError(f"micro_batches={k} traces the model on micro-batches of "
+                               f"{batch // k} samples, which failed: {err} Use "
+                               f"micro_batches=1, or a model that takes any batch size"
+                               ) from None
 
     with Steps("ubitrain compile", COMPILE_STEPS, progress) as step:
         step("trace and differentiate")
