@@ -6,6 +6,7 @@
 * A budget below every keep / recompute / page plan of the whole batch is met by
   micro-batching: the compiler picks k > 1, the arena printed in model.c is within the
   budget, and the step still trains like PyTorch's full-batch step.
+* Recomputation and paging inside the micro-batch loop train like PyTorch too.
 * A model with BatchNorm warns that batch statistics are per micro-batch, and trains as
   PyTorch's gradient accumulation over the same micro-batches does; a non-finite loss in a
   later micro-batch leaves every parameter and running statistic as it was.
@@ -132,6 +133,28 @@ def test_smallest_budget_counts_micro_batching(tmp_path):
     assert smallest == err.value.smallest_bytes
     pkg = ub.compile(model, (x,), y, memory_budget=smallest, out_dir=tmp_path / "fits")
     assert check_emitted_plan(pkg) <= smallest
+
+
+def test_recompute_and_page_inside_the_micro_batch_loop(tmp_path):
+    """At the smallest budget for k = 2, buffers of the loop body are recomputed and paged
+    in every micro-batch (page blocks reused), and the step still trains like PyTorch."""
+    model, data = _data(4, steps=2)
+    x, y = data[0]
+    opt = ub.SGD(lr=0.1, momentum=0.9)
+    with pytest.raises(BudgetTooSmall) as err:
+        ub.compile(model, (x,), y, optimizer=opt, memory_budget=1, micro_batches=2,
+                   out_dir=tmp_path / "no")
+    assert "with micro_batches=2" in str(err.value)
+    budget = err.value.smallest_bytes
+    pkg = ub.compile(copy.deepcopy(model), (x,), y, optimizer=opt, memory_budget=budget,
+                     micro_batches=2, out_dir=tmp_path / "mb")
+    assert check_emitted_plan(pkg) <= budget
+    calls = [c.kernel for c in pkg.programs["train_step"].calls]
+    begin, end = calls.index("ub_micro_batch_begin"), calls.index("ub_micro_batch_end")
+    assert "ub_page_out" in calls[begin:end] and "ub_page_in" in calls[begin:end]
+    assert {"page", "recompute"} <= {b.decision for b in pkg.memory_plan.buffers}
+    _assert_trains_like_torch(pkg, model, torch.optim.SGD(model.parameters(), lr=0.1,
+                                                          momentum=0.9), data)
 
 
 def test_batchnorm_model_warns_and_trains_like_torch_accumulation(tmp_path):
