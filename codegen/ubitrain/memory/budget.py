@@ -75,12 +75,17 @@ class BudgetReport:
             micro = (f"{self.micro_batches} micro-batches with gradient accumulation "
                      f"({self.accumulator_bytes:,} B of accumulators, +"
                      f"{self.micro_batch_seconds / self.step_seconds:.1%} time); ")
+        if not self.attempts and self.micro_batches > 1:
+            return (f"memory budget {self.budget_bytes:,} B: {micro}arena "
+                    f"{self.arena_bytes:,} B (one batch: {self.unconstrained_arena:,} B); "
+                    f"nothing recomputed or paged")
         if not self.attempts:
-            return (f"memory budget {self.budget_bytes:,} B: {micro}the unconstrained arena "
+            return (f"memory budget {self.budget_bytes:,} B: the unconstrained arena "
                     f"({self.unconstrained_arena:,} B) fits; nothing recomputed or paged")
         gap = "optimal" if self.optimal and self.gap < 1e-6 else f"gap {self.gap:.1%}"
         return (f"memory budget {self.budget_bytes:,} B: {micro}arena {self.arena_bytes:,} B "
-                f"(unconstrained {self.unconstrained_arena:,} B); recompute "
+                f"({'one batch' if micro else 'unconstrained'} "
+                f"{self.unconstrained_arena:,} B); recompute "
                 f"{self.counts.get('recompute', 0)} buffers ({self.recomputed_bytes:,} B, "
                 f"{self.replayed_calls} calls run again), page "
                 f"{self.counts.get('page', 0)} ({self.paged_bytes:,} B); extra cost "
