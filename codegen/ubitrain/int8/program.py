@@ -195,7 +195,9 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
                                   site=site_offset(layer.fwd_site), mode=mode,
                                   max_interval=config.max_interval, in_exp=exp_index,
                                   im2col=bld.im2col(i, layer), **_conv_params(layer))
-                acc = bld.scratch(4 * elements(layer.out_shape) + _patch_bytes(layer))
+                # the dot layers gather the batch's patches at once, the gemm layers per image
+                patches = _patch_bytes(layer) // (1 if isa in DOT_ISAS else layer.out_shape[0])
+                acc = bld.scratch(4 * elements(layer.out_shape) + patches)
                 calls.append(Call(name, [h, weights[layer.weight], exps[layer.weight], state_vec,
                                          y], [3, 4], scratch=acc, attrs=_macs(layer)))
                 exp_index = site_offset(layer.fwd_site) + EXPONENT
