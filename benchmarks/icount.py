@@ -38,6 +38,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from unittest import mock
@@ -83,8 +84,15 @@ def run_traced(target, binary: str, counter: list[str], stdin: bytes = b"") -> s
     os.close(write)
     count = subprocess.Popen(counter, stdin=read, stdout=subprocess.PIPE)
     os.close(read)
+    # The counter's output is drained while the emulator runs: a counter that writes more
+    # than a pipe holds (grep over many kernels) would otherwise block it, and the emulator.
+    counted = []
+    reader = threading.Thread(target=lambda: counted.append(count.stdout.read()))
+    reader.start()
     _, err = qemu.communicate(stdin)
-    out = count.communicate()[0].decode()
+    reader.join()
+    count.wait()
+    out = counted[0].decode()
     if qemu.returncode != 0:
         raise RuntimeError(f"{binary} under {target.name}: status {qemu.returncode}: "
                            f"{err.decode(errors='replace')[-1000:]}")

@@ -9,9 +9,11 @@
 
 #define UB_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define UB_MAX(a, b) ((a) > (b) ? (a) : (b))
-/* Float min/max that propagate NaN like PyTorch's relu, clamp and max-pool do. */
-#define UB_FMIN(a, b) (((a) != (a) || (a) < (b)) ? (a) : (b))
-#define UB_FMAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
+/* Float min/max that propagate NaN like PyTorch's relu, clamp and max-pool do. `|`, not
+ * `||`: both tests are evaluated, so the compiler sees no branch and can vectorise the loop
+ * (a compare, a compare, an or, a select); a and b are evaluated either way. */
+#define UB_FMIN(a, b) ((((a) != (a)) | ((a) < (b))) ? (a) : (b))
+#define UB_FMAX(a, b) ((((a) != (a)) | ((a) > (b))) ? (a) : (b))
 #define UB_TRY(call)                  \
     do {                              \
         int32_t ub_status_ = (call);  \
