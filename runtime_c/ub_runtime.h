@@ -14,6 +14,8 @@
  * (a compare, a compare, an or, a select); a and b are evaluated either way. */
 #define UB_FMIN(a, b) ((((a) != (a)) | ((a) < (b))) ? (a) : (b))
 #define UB_FMAX(a, b) ((((a) != (a)) | ((a) > (b))) ? (a) : (b))
+/* TIR's Select: both values evaluated (they are arguments), then one chosen. */
+static inline float ub_select_f32(int c, float a, float b) { return c ? a : b; }
 #define UB_TRY(call)                  \
     do {                              \
         int32_t ub_status_ = (call);  \

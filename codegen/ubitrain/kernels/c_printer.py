@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import tvm_ffi
 from tvm import ir, tirx
 from tvm.ir import prim
 
@@ -54,6 +55,39 @@ FLOAT_INTRINSICS = {
     "fmod": ("fmodf", "fmod"), "isnan": ("isnan", "isnan"), "isinf": ("isinf", "isinf"),
     "isfinite": ("isfinite", "isfinite"),
 }
+
+
+def _is_zero(e) -> bool:
+    return type(e) is prim.IntImm and int(e.value) == 0
+
+
+def _is_bool_cast(e) -> bool:
+    return type(e) is prim.Cast and dtype_of(e.value) == "bool"
+
+
+def _loads(e) -> list | None:
+    """The tensor loads of a pure expression (compares, arithmetic, casts, loads), or None
+    for anything else (a call may have effects or trap)."""
+    t = type(e)
+    if t in (prim.IntImm, prim.FloatImm, ir.Var):
+        return []
+    if t is ir.TensorLoad:
+        inner = [_loads(i) for i in e.indices]
+        return None if any(x is None for x in inner) else [e] + sum(inner, [])
+    if t in BINARY_OPS or t in (prim.Min, prim.Max):
+        a, b = _loads(e.a), _loads(e.b)
+        return None if a is None or b is None else a + b
+    if t in (prim.Cast, prim.Not):
+        return _loads(e.value if t is prim.Cast else e.a)
+    return None
+
+
+def _loads_covered(e, known: list | None) -> bool:
+    """Every load of `e` is one of `known` (so evaluating `e` reads no new address)."""
+    loads = _loads(e)
+    if loads is None or known is None:
+        return False
+    return all(any(tvm_ffi.structural_equal(x, k) for k in known) for x in loads)
 
 
 def dtype_of(e) -> str:
@@ -144,6 +178,15 @@ class _Printer:
             return self.var(e)
         if t is ir.TensorLoad:
             return f"{self.buf(e.source)}[{self.index(e.indices)}]"
+        if t is prim.LT and _is_zero(e.a) and _is_bool_cast(e.b):
+            # 0 < (int64)c is c: printed as it is, the cast to a wider integer keeps GCC
+            # from vectorising the loop (the ReLU/ReLU6 gradients' where(c, dy, 0))
+            return self.expr(e.b.value)
+        if t in (prim.And, prim.Or) and _loads_covered(e.b, _loads(e.a)):
+            # Both sides evaluated (`&`, `|` on 0/1) when the right one reads nothing the
+            # left did not: no branch, so GCC vectorises the loop (ReLU6's gradient mask)
+            op = "&" if t is prim.And else "|"
+            return f"({self.expr(e.a)} {op} {self.expr(e.b)})"
         if t in BINARY_OPS:
             return f"({self.expr(e.a)} {BINARY_OPS[t]} {self.expr(e.b)})"
         if t is prim.FloorDiv:
@@ -162,6 +205,10 @@ class _Printer:
         if t is prim.Cast:
             return f"(({c_type(dtype_of(e))}){self.expr(e.value)})"
         if t is prim.Select:
+            if dtype_of(e) == "float32":  # TIR's Select evaluates both values: a function
+                # call says so to the compiler, which may then vectorise the loop
+                return (f"ub_select_f32({self.expr(e.condition)}, {self.expr(e.true_value)}, "
+                        f"{self.expr(e.false_value)})")
             return (f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : "
                     f"{self.expr(e.false_value)})")
         if t is prim.Let:
