@@ -76,9 +76,11 @@ def build_training_module(model, example_inputs: tuple, labels, loss: str,
     register_gradients()
     splits: list[ChannelSplit] = []
     labels_shape = tuple(labels.shape)
-    micro = labels.shape[0] // micro_batches
-    train_inputs = tuple(x[:micro] for x in example_inputs)
-    labels = labels[:micro]
+    train_inputs = example_inputs
+    if micro_batches > 1:  # (k = 1 must not slice: the labels need not share the batch)
+        micro = labels.shape[0] // micro_batches
+        train_inputs = tuple(x[:micro] for x in example_inputs)
+        labels = labels[:micro]
     labels_dtype = str(labels.dtype).replace("torch.", "")
     holder = {}
 
