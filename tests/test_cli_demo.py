@@ -209,3 +209,12 @@ def test_compile_and_build_show_progress_on_request(tmp_path, capsys):
     pkg = ub.compile(model, (x,), y, out_dir=tmp_path / "quiet")
     pkg.build()
     assert capsys.readouterr().err == ""
+
+
+def test_batchnorm_micro_batching_warning_is_one_line(tmp_path, capsys):
+    from ubitrain.cli import main
+
+    assert main(["compile", f"{FACTORY}:factory", "--batch", "4", "--micro-batches", "2",
+                 "--no-progress", "--out-dir", str(tmp_path / "out")]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "micro-batch" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: micro-batching: ")

@@ -164,7 +164,7 @@ def test_batchnorm_model_warns_and_trains_like_torch_accumulation(tmp_path):
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
                           nn.Linear(4 * 6 * 6, 3))
     x, y = torch.randn(4, 1, 8, 8), torch.randint(0, 3, (4,))
-    with pytest.warns(UserWarning, match=r"BatchNorm \(1\).*statistics of each micro-batch"):
+    with pytest.warns(ub.UbitrainWarning, match=r"BatchNorm \(1\).*statistics of each micro-batch"):
         pkg = ub.compile(copy.deepcopy(model), (x,), y, optimizer=ub.SGD(lr=0.1),
                          micro_batches=2, out_dir=tmp_path / "bn")
     assert "2 micro-batches" in pkg.memory_plan.summary()

@@ -12,6 +12,7 @@ from .errors import (
                      InputError,
                      RuntimeStatusError,
                      UbitrainError,
+                     UbitrainWarning,
                      UnsupportedOpError,
 )
 from .int8.update import NITI
@@ -20,5 +21,6 @@ from .training.sparse_update import SparseUpdate
 
 __all__ = ["compile", "Package", "SGD", "Adam", "AdamW", "NITI", "SparseUpdate", "CompileError",
            "UnsupportedOpError",
-           "InputError", "BuildError", "RuntimeStatusError", "UbitrainError"]
+           "InputError", "BuildError", "RuntimeStatusError", "UbitrainError",
+           "UbitrainWarning"]
 __version__ = "0.1.0"

@@ -480,10 +480,20 @@ def main(argv=None) -> int:
         return 2
     import warnings
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch.export's own chatter
-    from .errors import UbitrainError
+    from .errors import UbitrainError, UbitrainWarning
+
+    shown = warnings.showwarning
+
+    def show(message, category, *rest, **kw):  # ours as one line, not file:line + source
+        if issubclass(category, UbitrainWarning):
+            print(f"warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, *rest, **kw)
 
     try:
-        return COMMANDS[args.command](args)
+        with warnings.catch_warnings():  # restores showwarning for callers of main()
+            warnings.showwarning = show
+            return COMMANDS[args.command](args)
     except UbitrainError as err:
         first, _, rest = str(err).strip().partition("\n")
         verbose = getattr(args, "verbose", False)

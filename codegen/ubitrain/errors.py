@@ -23,3 +23,8 @@ class BuildError(UbitrainError):
 
 class RuntimeStatusError(UbitrainError):
     """The generated C returned an error status."""
+
+
+class UbitrainWarning(UserWarning):
+    """A compile that works but differs from what the user may expect (e.g. BatchNorm
+    statistics per micro-batch, a budget plan stopped at the solver's time limit)."""

@@ -15,7 +15,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
-from ..errors import CompileError
+from ..errors import CompileError, UbitrainWarning
 from ..program.ir import Program
 from ..program.remat import check_transient, find_candidates, rewrite
 from .cost_model import KernelWork, profile_for
@@ -220,6 +220,7 @@ def _finish(new_plan, report, solution, program, start) -> MemoryPlan:
     report.replayed_calls = sum("replay_of" in c.attrs for c in program.calls)
     if not solution.optimal:
         warnings.warn(f"the budget MILP stopped at its time limit; the plan used is within "
-                      f"{solution.gap:.1%} of the best bound ({report.summary()})", stacklevel=3)
+                      f"{solution.gap:.1%} of the best bound ({report.summary()})", UbitrainWarning,
+                      stacklevel=3)
     new_plan.budget = report
     return new_plan

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 import warnings
 
-from ..errors import CompileError
+from ..errors import CompileError, UbitrainWarning
 from ..program.ir import Program
 from .cost_model import KernelWork, profile_for
 
@@ -87,7 +87,7 @@ def warn_batch_coupled(model, tm, k: int, batch: int) -> None:
         f"batch of {batch}, and updates its running statistics {k} times per step; training "
         f"differs from full-batch training by more than float rounding. A memory_budget that "
         f"fits without micro-batching (or micro_batches=1) keeps full-batch statistics.",
-        stacklevel=3)
+        UbitrainWarning, stacklevel=3)
 
 
 def one_batch_dimension(example_inputs, labels) -> bool:
