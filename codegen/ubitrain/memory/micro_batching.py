@@ -45,8 +45,8 @@ def check_micro_batches(value, example_inputs, labels) -> int:
                            f"{divisors(batch) if batch else [1]}")
     if value == 1:
         return 1
-    rows = [int(t.shape[0]) if t.dim() else None for t in list(example_inputs) + [labels]]
-    if any(r != batch for r in rows):
+    if not one_batch_dimension(example_inputs, labels):
+        rows = [int(t.shape[0]) if t.dim() else None for t in list(example_inputs) + [labels]]
         raise CompileError(f"micro_batches={value} splits dimension 0 of every input and the "
                            f"labels, but their first dimensions are {rows}; give inputs and "
                            f"labels with the same batch first, or micro_batches=1")
