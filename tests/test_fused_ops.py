@@ -1,4 +1,5 @@
-"""Fused training ops (BatchNorm, softmax + cross-entropy): one node for the Gradient pass,
+"""Fused training ops (BatchNorm, LayerNorm, softmax + cross-entropy, and GELU as one op):
+one node for the Gradient pass,
 one kernel each way, and the same numbers as PyTorch autograd in float64.
 
 BatchNorm goes through `op_harness` (forward output, gradients w.r.t. input, gamma and
@@ -132,6 +133,49 @@ def test_one_node_each_way_and_backward_reads_only_the_input():
         value = _bound(main, arg)
         assert isinstance(value, relax.TupleGetItem) and value.index == index
         assert value.tuple_value.same_as(fwd_out)
+
+
+class LinearLayerNormGELU(nn.Module):
+    def __init__(self, approximate):
+        super().__init__()
+        self.fc1, self.norm, self.fc2 = nn.Linear(6, 8), nn.LayerNorm(8), nn.Linear(8, 3)
+        self.act = nn.GELU(approximate=approximate)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.norm(self.fc1(x))))
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_layer_norm_and_gelu_backward_read_only_their_inputs(approximate):
+    """LayerNorm is one fused call each way whose backward reads the LayerNorm input and
+    the saved per-row mean and rstd; GELU is one op, and every value its backward reads
+    from the forward pass is its input (not x / sqrt(2), erf or tanh of it)."""
+    tm = build_training_module(LinearLayerNormGELU(approximate), (randn(4, 6),),
+                               torch.tensor([0, 2, 1, 0]), "cross_entropy")
+    main = tm.mod["main"]
+    calls = _fused_calls(main)
+    (fwd_args, fwd_out), = [(a, v) for n, a, v in calls if n == "layer_norm"]
+    (bwd_args, _), = [(a, v) for n, a, v in calls if n == "layer_norm_backward"]
+    assert bwd_args[0].same_as(fwd_args[0])
+    for arg, index in zip(bwd_args[2:4], (1, 2)):
+        value = _bound(main, arg)
+        assert isinstance(value, relax.TupleGetItem) and value.index == index
+        assert value.tuple_value.same_as(fwd_out)
+    bindings = [b for blk in main.body.blocks for b in blk.bindings]
+    gelu_op = "relax.nn.gelu_tanh" if approximate == "tanh" else "relax.nn.gelu"
+    (gelu,) = [b for b in bindings if isinstance(b.value, relax.Call)
+               and getattr(b.value.op, "name", "") == gelu_op]
+    gelu_at = bindings.index(gelu)
+    forward = {b.var for b in bindings[:gelu_at + 1]}
+    gelu_input = gelu.value.args[0]
+    after = bindings[gelu_at + 1:]
+    read_from_forward = {a for b in after if isinstance(b.value, relax.Call)
+                         and getattr(b.value.op, "name", "") in ("relax.erf", "relax.tanh",
+                                                                  "relax.multiply")
+                         for a in b.value.args if a in forward}
+    assert read_from_forward == {gelu_input}
+    assert not any(getattr(b.value.op, "name", "") in ("relax.erf", "relax.tanh")
+                   for b in bindings[:gelu_at] if isinstance(b.value, relax.Call))
 
 
 def _bound(func, var):

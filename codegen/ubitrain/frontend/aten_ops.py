@@ -22,6 +22,7 @@ from tvm.relax import op as R
 
 from ..errors import UnsupportedOpError
 from ..training.batch_norm import batch_norm_train
+from ..training.layer_norm import layer_norm
 
 aten = torch.ops.aten
 ATEN_CONVERTERS: dict = {}
@@ -158,16 +159,12 @@ def _hardswish(ctx, node, x):
 
 @converts(aten.gelu.default)
 def _gelu(ctx, node, x, approximate="none"):
-    half = ctx.emit(R.multiply(x, as_expr(0.5, x)))
+    # One op each, so that the backward (training/gradients.py) keeps only x alive.
     if approximate == "tanh":
-        cube = ctx.emit(R.multiply(ctx.emit(R.multiply(x, x)), x))
-        inner = ctx.emit(R.add(x, ctx.emit(R.multiply(cube, as_expr(0.044715, x)))))
-        t = ctx.emit(R.tanh(ctx.emit(R.multiply(inner, as_expr(math.sqrt(2 / math.pi), x)))))
-    elif approximate == "none":
-        t = ctx.emit(R.erf(ctx.emit(R.multiply(x, as_expr(math.sqrt(0.5), x)))))
-    else:
-        unsupported(ctx, f"GELU approximate={approximate!r}", "use 'none' or 'tanh'")
-    return ctx.emit(R.multiply(half, ctx.emit(R.add(t, as_expr(1.0, x)))))
+        return ctx.emit(R.nn.gelu_tanh(x))
+    if approximate == "none":
+        return ctx.emit(R.nn.gelu(x))
+    unsupported(ctx, f"GELU approximate={approximate!r}", "use 'none' or 'tanh'")
 
 
 # ---- linear algebra and convolution -----------------------------------------------------------
@@ -258,11 +255,11 @@ def _batch_norm_eval(ctx, node, x, w, b, running_mean, running_var, momentum, ep
 
 @converts(aten.layer_norm.default)
 def _layer_norm(ctx, node, x, normalized_shape, w=None, b=None, eps=1e-5, cudnn_enable=False):
-    rank = len(shape_of(x))
-    axes = list(range(rank - len(normalized_shape), rank))
-    mean = ctx.emit(R.mean(x, axis=axes, keepdims=True))
-    var = ctx.emit(R.variance(x, axis=axes, keepdims=True))
-    return _affine(ctx, _normalize(ctx, x, mean, var, eps), w, b, lambda v: v)
+    """One fused op, one kernel each way (training/layer_norm.py)."""
+    if len(normalized_shape) >= len(shape_of(x)):
+        unsupported(ctx, f"LayerNorm over every dimension of a {len(shape_of(x))}-d input",
+                    "normalize the trailing dimensions of an input with a batch dimension")
+    return layer_norm(ctx.bb, x, w, b, len(normalized_shape), eps)
 
 
 # ---- pooling and reductions -------------------------------------------------------------------

@@ -14,10 +14,13 @@ from ..errors import CompileError
 from ..training.fused_ops import fused_op_of
 from .batch_norm_kernels import batch_norm_train, batch_norm_train_backward
 from .cross_entropy_kernels import softmax_cross_entropy, softmax_cross_entropy_backward
+from .layer_norm_kernels import layer_norm, layer_norm_backward
 
 FUSED_KERNELS = {
     "batch_norm_train": batch_norm_train,
     "batch_norm_train_backward": batch_norm_train_backward,
+    "layer_norm": layer_norm,
+    "layer_norm_backward": layer_norm_backward,
     "softmax_cross_entropy": softmax_cross_entropy,
     "softmax_cross_entropy_backward": softmax_cross_entropy_backward,
 }

@@ -22,7 +22,7 @@ from tvm.relax import op as R
 from tvm.relax.op.base import register_gradient
 from tvm.relax.op.grad import no_grad
 
-from . import batch_norm, softmax_cross_entropy
+from . import batch_norm, layer_norm, softmax_cross_entropy
 from .fused_ops import fused_gradient
 from .pool_grad import avg_pool2d_backward, max_pool2d_backward
 
@@ -59,6 +59,37 @@ def erf_grad(orig_var, orig_call, output_grad, ctx):
     slope = R.multiply(R.exp(R.negative(R.multiply(x, x))),
                        relax.const(2 / math.sqrt(math.pi), dtype))
     return [R.multiply(output_grad, slope)]
+
+
+def gelu_grad(orig_var, orig_call, output_grad, ctx):
+    """PyTorch's exact GELU gradient, dy * (Phi(x) + x * phi(x)), from x alone."""
+    x = orig_call.args[0]
+    dtype = str(x.ty.dtype)
+    cdf = R.multiply(R.add(R.erf(R.multiply(x, relax.const(math.sqrt(0.5), dtype))),
+                           relax.const(1.0, dtype)), relax.const(0.5, dtype))
+    pdf = R.multiply(R.exp(R.multiply(R.multiply(x, x), relax.const(-0.5, dtype))),
+                     relax.const(1 / math.sqrt(2 * math.pi), dtype))
+    return [R.multiply(output_grad, R.add(cdf, R.multiply(x, pdf)))]
+
+
+def gelu_tanh_grad(orig_var, orig_call, output_grad, ctx):
+    """PyTorch's tanh-approximate GELU gradient, from x alone: with
+    t = tanh(sqrt(2/pi) (x + 0.044715 x^3)), 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi)
+    (1 + 3 * 0.044715 x^2)."""
+    x = orig_call.args[0]
+    dtype = str(x.ty.dtype)
+
+    def c(v):
+        return relax.const(v, dtype)
+
+    beta, kappa = math.sqrt(2 / math.pi), 0.044715
+    x_sq = R.multiply(x, x)
+    t = R.tanh(R.multiply(R.add(x, R.multiply(R.multiply(x_sq, x), c(kappa))), c(beta)))
+    left = R.multiply(R.add(t, c(1.0)), c(0.5))
+    slope = R.multiply(R.add(R.multiply(x_sq, c(3 * kappa)), c(1.0)), c(beta))
+    right = R.multiply(R.multiply(R.multiply(x, c(0.5)), R.subtract(c(1.0), R.multiply(t, t))),
+                       slope)
+    return [R.multiply(output_grad, R.add(left, right))]
 
 
 def variance_grad(orig_var, orig_call, output_grad, ctx):
@@ -158,10 +189,13 @@ GRADIENT_RULES = {
     "relax.nn.relu": relu_grad,
     "relax.clip": clip_grad,
     "relax.erf": erf_grad,
+    "relax.nn.gelu": gelu_grad,
+    "relax.nn.gelu_tanh": gelu_tanh_grad,
     "relax.variance": variance_grad,
     # Fused training ops (training/fused_ops.py), by op name.
     "relax.call_dps_packed": fused_gradient({
         batch_norm.FORWARD: batch_norm.batch_norm_train_grad,
+        layer_norm.FORWARD: layer_norm.layer_norm_grad,
         softmax_cross_entropy.FORWARD: softmax_cross_entropy.softmax_cross_entropy_grad,
     }),
 }
