@@ -10,12 +10,14 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import CompileError
+from ..frontend.onnx_import import is_onnx_model, load_onnx
 from ..memory.plan import plan_memory
 from ..program.ir import Program
 from ..project.emit import render_project
 from ..targets import check_board_fit, get_target
 from .layers import LayerProgram
 from .lower import lower_module
+from .onnx_lower import lower_onnx
 from .placement import place
 from .program import build_int8_programs
 from .simd import isa_for
@@ -65,9 +67,10 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
     if trainable is not None:
         raise CompileError("precision='int8' trains every weight; trainable= is not "
                            "supported in int8 yet (pass trainable=None)")
-    if not isinstance(model, torch.nn.Module):
-        raise CompileError("precision='int8' takes a torch.nn.Module (ONNX models: "
-                           "precision='fp32')")
+    onnx_model = load_onnx(model) if is_onnx_model(model) else None
+    if onnx_model is None and not isinstance(model, torch.nn.Module):
+        raise CompileError(f"model must be a torch.nn.Module, an .onnx path or an "
+                           f"onnx.ModelProto, got {type(model).__name__}")
     example_inputs, labels, out_dir = _checked_io(example_inputs, labels, out_dir)
     model_name = _model_name(model, out_dir)
     if len(example_inputs) != 1:
@@ -79,7 +82,10 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
         raise CompileError("precision='int8' needs a float input batch and int64 class labels "
                            f"[batch]; got input {x.dtype} and labels {labels.dtype} "
                            f"{list(labels.shape)}")
-    program = lower_module(model, x.float(), config.float_fallback)
+    if onnx_model is not None:
+        program = lower_onnx(onnx_model, x.float(), config.float_fallback)
+    else:
+        program = lower_module(model, x.float(), config.float_fallback)
     if program.classes > MAX_CLASSES:
         raise CompileError(f"precision='int8': {program.classes} classes; the integer softmax "
                            f"gradient supports at most {MAX_CLASSES}")

@@ -154,16 +154,28 @@ def lower_module(model: torch.nn.Module, example_input: torch.Tensor,
             if name is None:
                 raise CompileError(f"{where}: the weight of {_op_label(node.target)} is not a "
                                    "parameter of the module")
-            layer.weight = name
-            if layer.reduction > INT32_SAFE:
-                raise CompileError(f"{where}: {layer.reduction} int8 products per int32 "
-                                   f"accumulator could overflow (at most {INT32_SAFE}); use a "
-                                   "smaller batch or layer for precision='int8'")
-            program.weights[name] = quantize_weight(name, state[name].detach().cpu().numpy())
+            add_weight(program, layer, name, state[name].detach().cpu().numpy())
         program.layers.append(layer)
         current = node
     outputs = [n for n in graph.nodes if n.op == "output"][0].args[0]
-    if len(outputs) != 1 or outputs[0] is not current or not program.layers:
+    if len(outputs) != 1 or outputs[0] is not current:
+        raise CompileError("precision='int8' needs a model whose one output is its last layer")
+    return finish(program)
+
+
+def add_weight(program: LayerProgram, layer: Conv, name: str, value):
+    """Give `layer` its weight `name`, quantized from the float array `value`."""
+    layer.weight = name
+    if layer.reduction > INT32_SAFE:
+        raise CompileError(f"{layer.where}: {layer.reduction} int8 products per int32 "
+                           f"accumulator could overflow (at most {INT32_SAFE}); use a "
+                           "smaller batch or layer for precision='int8'")
+    program.weights[name] = quantize_weight(name, value)
+
+
+def finish(program: LayerProgram) -> LayerProgram:
+    """Check that the chain trains something into logits, and number its rescale sites."""
+    if not program.layers:
         raise CompileError("precision='int8' needs a model whose one output is its last layer")
     if not any(isinstance(layer, Conv) for layer in program.layers):
         raise CompileError("precision='int8': the model has no conv2d or linear layer to train")

@@ -1,0 +1,62 @@
+"""precision="int8" from an ONNX file: the same NITI layer chain as from the PyTorch module,
+so the generated C trains bit for bit like the numpy reference and like the module's build."""
+
+import numpy as np
+import pytest
+import torch
+from test_int8_c import batches, check_against_reference
+from torch import nn
+
+import ubitrain as ub
+
+
+class ViewNet(nn.Module):
+    """Flattened with x.view(x.size(0), -1): Shape / Gather / Concat / Reshape in ONNX."""
+
+    def __init__(self, conv_bias=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.features = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=conv_bias), nn.ReLU(),
+                                      nn.MaxPool2d(2), nn.Conv2d(4, 8, 3, stride=2, padding=1,
+                                                                 bias=False), nn.ReLU())
+        self.fc = nn.Linear(32, 5, bias=False)
+
+    def forward(self, x):
+        x = self.features(x)
+        return self.fc(x.view(x.size(0), -1))
+
+
+def export(model, x, path):
+    torch.onnx.export(model, (x,), str(path), dynamo=False, input_names=["x"])
+    return path
+
+
+def test_onnx_int8_trains_like_the_module_and_the_reference(tmp_path):
+    data = batches(6)
+    x, y = torch.from_numpy(data[0][0]), torch.from_numpy(data[0][1])
+    config = ub.NITI(mu=(5, 3), milestones=(3,), adaptive_rescale=True, max_interval=4)
+    model = ViewNet()
+    path = export(model, x, tmp_path / "net.onnx")
+    from_onnx = ub.compile(path, (x,), y, precision="int8", optimizer=config,
+                           out_dir=tmp_path / "onnx")
+    from_module = ub.compile(model, (x,), y, precision="int8", optimizer=config,
+                             out_dir=tmp_path / "module")
+    kinds = [type(layer).__name__ for layer in from_onnx.layer_program.layers]
+    assert kinds == [type(layer).__name__ for layer in from_module.layer_program.layers]
+    check_against_reference(from_onnx, data, config)
+    with from_onnx.build() as a, from_module.build() as b:
+        for xb, yb in data:
+            assert a.step(xb, yb) == b.step(xb, yb)
+        got, want = a.parameters(), b.parameters()
+    assert np.array_equal(got["features.0.weight"], want["features.0.weight"])
+    assert np.array_equal(got["features.3.weight"], want["features.3.weight"])
+    (matmul,) = [k for k in got if k.startswith("onnx::MatMul")]  # Linear(bias=False)
+    assert np.array_equal(got[matmul], want["fc.weight"])  # trained as [out, in]
+
+
+def test_onnx_int8_rejects_a_bias_naming_the_node(tmp_path):
+    data = batches(1)
+    x, y = torch.from_numpy(data[0][0]), torch.from_numpy(data[0][1])
+    path = export(ViewNet(conv_bias=True), x, tmp_path / "bias.onnx")
+    with pytest.raises(ub.UnsupportedOpError, match=r"Conv.*no bias.*bias=False"):
+        ub.compile(path, (x,), y, precision="int8", out_dir=tmp_path / "m")
