@@ -113,3 +113,40 @@ def test_float_fallback_ops_run_as_tables_bit_for_bit(tmp_path):
                      float_fallback=("aten.gelu", "aten.tanh", "aten.sigmoid"))
     pkg = ub.compile(model, (x,), y, precision="int8", optimizer=config, out_dir=tmp_path / "m")
     check_against_reference(pkg, data, config)
+
+
+@pytest.mark.parametrize("trainable", [["6.weight"], ["3.weight", "6.weight"],
+                                       ub.SparseUpdate(last_layers=1)],
+                         ids=["last", "last_two", "sparse_update"])
+def test_frozen_layers_equal_the_reference_and_stay_unchanged(tmp_path, trainable):
+    """trainable=: the frozen weights keep their initial int8 values, the backward pass stops
+    at the first trained layer (no error site before it), and the C still equals the
+    reference bit for bit."""
+    data = batches(6)
+    config = ub.NITI(mu=(5,), milestones=(), adaptive_rescale=True, max_interval=4)
+    pkg = ub.compile(niti_net(), (torch.from_numpy(data[0][0]),), torch.from_numpy(data[0][1]),
+                     precision="int8", optimizer=config, trainable=trainable,
+                     out_dir=tmp_path / "m")
+    trained = ["6.weight"] if not isinstance(trainable, list) else trainable
+    assert pkg.trainable == trained
+    first = pkg.layer_program.convs()[0]
+    assert first.error_site == -1 and (first.grad_site == -1) == ("0.weight" not in trained)
+    initial = {k: v.copy() for k, (v, _) in pkg.layer_program.weights.items()}
+    check_against_reference(pkg, data, config)
+    with pkg.build() as trainer:
+        for x, y in data:
+            trainer.step(x, y)
+        state = trainer.int8_state()
+    for name, w in initial.items():
+        assert np.array_equal(state[name], w) == (name not in trained), name
+
+
+def test_int8_trainable_errors(tmp_path):
+    data = batches(1)
+    x, y = torch.from_numpy(data[0][0]), torch.from_numpy(data[0][1])
+    for bad, match in ((["fc.weight"], r"0\.weight, 3\.weight, 6\.weight.*fc\.weight"),
+                       (ub.SparseUpdate(biases=True), "name at least one"),
+                       (ub.SparseUpdate(channels={"6": 0.5}), "channels")):
+        with pytest.raises(ub.CompileError, match=match):
+            ub.compile(niti_net(), (x,), y, precision="int8", trainable=bad,
+                       out_dir=tmp_path / "m")

@@ -15,6 +15,7 @@ from ..memory.plan import plan_memory
 from ..program.ir import Program
 from ..project.emit import render_project
 from ..targets import check_board_fit, get_target
+from ..training.sparse_update import SparseUpdate
 from .layers import LayerProgram
 from .lower import lower_module
 from .onnx_lower import lower_onnx
@@ -50,6 +51,27 @@ def _package_type():
     return Int8Package
 
 
+def freeze(program: LayerProgram, trainable) -> None:
+    """Train only the weights `trainable` names (a list, one name, or a SparseUpdate of whole
+    layers); the others stay as they are and get no gradient."""
+    names = list(program.weights)
+    if isinstance(trainable, SparseUpdate):
+        if trainable.channels:
+            raise CompileError("precision='int8' trains whole weights; SparseUpdate(channels="
+                               "...) is fp32 only (use last_layers=k or a list of names)")
+        chosen = trainable.select(names)
+    else:
+        chosen = [trainable] if isinstance(trainable, str) else list(trainable)
+    unknown = [t for t in chosen if t not in names]
+    if unknown or not chosen:
+        raise CompileError(f"trainable={trainable!r}: precision='int8' trains conv and linear "
+                           f"weights; name at least one of: {', '.join(names)}"
+                           + (f" ({unknown} are not among them)" if unknown else ""))
+    for layer in program.convs():
+        layer.trainable = layer.weight in chosen
+    program.number_sites()
+
+
 def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, target,
                  memory_budget, out_dir):
     from ..api import _checked_io, _model_name
@@ -64,9 +86,6 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
         raise CompileError(f"precision='int8' updates weights with NITI's integer rule, not "
                            f"{type(config).__name__} (no learning rate or momentum in int8); "
                            "pass optimizer=ub.NITI(mu=(5, 4, 3), milestones=(...)) or None")
-    if trainable is not None:
-        raise CompileError("precision='int8' trains every weight; trainable= is not "
-                           "supported in int8 yet (pass trainable=None)")
     onnx_model = load_onnx(model) if is_onnx_model(model) else None
     if onnx_model is None and not isinstance(model, torch.nn.Module):
         raise CompileError(f"model must be a torch.nn.Module, an .onnx path or an "
@@ -86,6 +105,8 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
         program = lower_onnx(onnx_model, x.float(), config.float_fallback)
     else:
         program = lower_module(model, x.float(), config.float_fallback)
+    if trainable is not None:
+        freeze(program, trainable)
     if program.classes > MAX_CLASSES:
         raise CompileError(f"precision='int8': {program.classes} classes; the integer softmax "
                            f"gradient supports at most {MAX_CLASSES}")
@@ -127,7 +148,7 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
     return _package_type()(
         out_dir=out_dir, model_name=model_name, target=target, memory_plan=plan,
         inputs=progs.inputs, labels=progs.labels, output=progs.output, classes=program.classes,
-        trainable=list(program.weights),
+        trainable=[c.weight for c in program.convs() if c.trainable],
         programs={"train_step": progs.train, "predict": progs.predict, "cpu_part": train},
         kernel_count=len(progs.kernels) - 2, compile_seconds=time.perf_counter() - start,
         layer_program=program, config=config,

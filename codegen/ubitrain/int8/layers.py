@@ -7,8 +7,9 @@ arithmetic beyond int8. Every tensor is int8 with one exponent.
 The step's int32 state vector (the same layout in the C and the reference):
   [0] completed training steps   [1] exponent of the quantized input
   then SITE_FIELDS values per rescale site (rescale.py): each Conv has a forward site (its
-  output), a gradient site (its weight gradient, renormalised to 2^mu) and, unless nothing
-  before it has weights, an error site (the error it passes to its input).
+  output), a gradient site (its weight gradient, renormalised to 2^mu) unless it is frozen,
+  and, unless no trained weight lies before it, an error site (the error it passes to its
+  input).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ class Conv:
     padding: tuple[int, int] = (0, 0)
     linear: bool = False
     where: str = ""
+    trainable: bool = True  # False: frozen (trainable=), no weight gradient or update
     fwd_site: int = -1
-    grad_site: int = -1
+    grad_site: int = -1  # -1: frozen
     error_site: int = -1  # -1: the input needs no error
 
     @property
@@ -111,23 +113,28 @@ class LayerProgram:
     def convs(self) -> list[Conv]:
         return [layer for layer in self.layers if isinstance(layer, Conv)]
 
+    def first_trained(self) -> int:
+        """Index of the first trained Conv: the backward pass stops there."""
+        return next(i for i, layer in enumerate(self.layers)
+                    if isinstance(layer, Conv) and layer.trainable)
+
     def number_sites(self) -> None:
-        """Give every Conv its rescale sites (forward order)."""
-        n, seen_weights = 0, False
+        """Give every layer its rescale sites (forward order): an error site only where a
+        trained weight lies before it, a gradient site only to a trained Conv."""
+        n, seen_trained = 0, False
         for layer in self.layers:
-            if isinstance(layer, Conv):
-                layer.fwd_site, layer.grad_site = n, n + 1
-                n += 2
-                if seen_weights:
-                    layer.error_site = n
-                    n += 1
-                seen_weights = True
-            elif isinstance(layer, Elementwise):
-                layer.fwd_site = n
+            if isinstance(layer, (Conv, Elementwise)):
+                layer.fwd_site, layer.error_site = n, -1
                 n += 1
-                if seen_weights:
-                    layer.error_site = n
-                    n += 1
+            if isinstance(layer, Conv):
+                layer.grad_site = -1
+            if isinstance(layer, Conv) and layer.trainable:
+                layer.grad_site = n
+                n += 1
+            if isinstance(layer, (Conv, Elementwise)) and seen_trained:
+                layer.error_site = n
+                n += 1
+            seen_trained = seen_trained or isinstance(layer, Conv) and layer.trainable
         self.sites = n
 
 

@@ -244,8 +244,7 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
                                  error_shift=loss_rules.ERROR_SHIFT),
                       [logits, labels, state_vec, err, loss], [3, 4],
                       scratch=bld.scratch(4 * classes)))
-    first = next(i for i, layer in enumerate(program.layers) if isinstance(layer, Conv))
-    for i in range(len(program.layers) - 1, first - 1, -1):
+    for i in range(len(program.layers) - 1, program.first_trained() - 1, -1):
         layer, x_in = program.layers[i], saved[i]
         if isinstance(layer, Conv):
             params = _conv_params(layer)
@@ -261,17 +260,18 @@ def build_int8_programs(program: LayerProgram, config: NITI, isa: str = "scalar"
                 calls.append(Call(name, [err, w, state_vec, err_in], [2, 3],
                                   scratch=bld.scratch(4 * elements(layer.in_shape) + col),
                                   attrs=_macs(layer)))
-            n_w = elements(layer.weight_shape)
-            chunk = weight_grad_chunk(layer, cache_bytes)
-            name = bld.kernel(_conv_template(layer, isa), _op(layer) + "_filter_grad_update", i,
-                              variant="filter_update", site=site_offset(layer.grad_site),
-                              mode=train_mode, max_interval=config.max_interval,
-                              schedule=schedule, im2col=bld.im2col(i, layer), chunk=chunk,
-                              **params)
-            patches = _patch_bytes(layer) // layer.out_shape[0] * chunk
-            calls.append(Call(name, [x_in, err, state_vec, w], [2, 3],
-                              scratch=bld.scratch(5 * n_w + patches),
-                              attrs=_macs(layer)))
+            if layer.trainable:
+                n_w = elements(layer.weight_shape)
+                chunk = weight_grad_chunk(layer, cache_bytes)
+                name = bld.kernel(_conv_template(layer, isa), _op(layer) + "_filter_grad_update",
+                                  i, variant="filter_update", site=site_offset(layer.grad_site),
+                                  mode=train_mode, max_interval=config.max_interval,
+                                  schedule=schedule, im2col=bld.im2col(i, layer), chunk=chunk,
+                                  **params)
+                patches = _patch_bytes(layer) // layer.out_shape[0] * chunk
+                calls.append(Call(name, [x_in, err, state_vec, w], [2, 3],
+                                  scratch=bld.scratch(5 * n_w + patches),
+                                  attrs=_macs(layer)))
             err = err_in
         elif isinstance(layer, ReLU):
             # the ReLU ran in place: its output is the buffer saved for the next layer

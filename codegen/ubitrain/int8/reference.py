@@ -8,7 +8,9 @@ cross-entropy gradient (loss.py). Backward, per Conv from the last: the weight g
 the input error accumulate in int32 from the int8 error (the error through the weights before
 they change); the error is rescaled like an activation, the gradient renormalised with
 PstoShift to 2^mu and subtracted (update.py). ReLU passes the error where its output is
-positive; max-pool sends it to the first maximum of each window (row-major).
+positive; max-pool sends it to the first maximum of each window (row-major). A frozen Conv
+(trainable=) passes the error on without a gradient or update, and the backward pass stops
+at the first trained Conv.
 """
 
 from __future__ import annotations
@@ -115,8 +117,7 @@ class NitiReference:
         loss = cross_entropy(logits, e, labels)
         err = as_i64(softmax_xent_grad(logits, e, labels))
         mu = self.config.mu_at(int(self.state[STEP_INDEX]))
-        first = next(i for i, layer in enumerate(self.program.layers) if isinstance(layer, Conv))
-        for i in range(len(self.program.layers) - 1, first - 1, -1):
+        for i in range(len(self.program.layers) - 1, self.program.first_trained() - 1, -1):
             layer, x_in = self.program.layers[i], saved[i]
             if isinstance(layer, Conv):
                 err = self._conv_backward(layer, x_in, err, mu, mode)
@@ -139,7 +140,6 @@ class NitiReference:
         shape4 = (layer.out_shape[1], layer.in_shape[1], *layer.kernel)
         w = self.weights[layer.weight].reshape(shape4)
         x4, err4 = x_in.reshape(layer.in_shape), err.reshape(layer.out_shape)
-        grad = conv2d_weight_grad(x4, err4, layer.kernel, layer.stride, layer.padding)
         err_in = None
         if layer.error_site >= 0:
             acc = conv2d_input_grad(err4, w, layer.in_shape, layer.stride, layer.padding)
@@ -147,9 +147,11 @@ class NitiReference:
             err_in = clip8(round_shift(acc, s))
             if layer.linear:
                 err_in = err_in.reshape(layer.in_shape[:2])
-        s = self._shift(grad, layer.grad_site, mu, mode)
-        new = clip8(w - clip8(psto_shift(grad, s)))
-        self.weights[layer.weight] = new.reshape(layer.weight_shape)
+        if layer.trainable:
+            grad = conv2d_weight_grad(x4, err4, layer.kernel, layer.stride, layer.padding)
+            s = self._shift(grad, layer.grad_site, mu, mode)
+            new = clip8(w - clip8(psto_shift(grad, s)))
+            self.weights[layer.weight] = new.reshape(layer.weight_shape)
         return err_in
 
     def parameters(self) -> dict[str, np.ndarray]:
