@@ -22,7 +22,7 @@ from test_targets import require_tools
 
 from ubitrain.kernels.library import KernelLibrary
 from ubitrain.kernels.microkernels import harness
-from ubitrain.kernels.microkernels.cases import conv2d_funcs, matmul_funcs
+from ubitrain.kernels.microkernels.cases import conv2d_funcs, linear_funcs, matmul_funcs
 from ubitrain.kernels.microkernels.manifest import GEMM_CORES
 from ubitrain.kernels.microkernels.tagging import op_info
 from ubitrain.targets import TARGETS
@@ -70,11 +70,12 @@ def _funcs():
                 info = op_info(f)
                 out.append((f"depthwise {info['op']}{info['shapes']} p{p} d{d}", f))
     for m, k, n in MATMUL_CASES:
-        for f in matmul_funcs(m, k, n):
+        for f in matmul_funcs(m, k, n) + linear_funcs(m, k, n):
             key = f.attrs["ub_op"]
             if key not in seen:
                 seen.add(key)
-                out.append((f"matmul{op_info(f)['shapes']}", f))
+                nt = "_nt" if op_info(f)["attrs"].get("transpose_b") else ""
+                out.append((f"matmul{nt}{op_info(f)['shapes']}", f))
     return out
 
 
@@ -92,7 +93,7 @@ def reference(func, inputs):
 
     def apply(u, v):
         if info["op"] == "relax.matmul":
-            return u @ v
+            return u @ (v.T if at.get("transpose_b") else v)
         pad = at["padding"][:2]
         if info["op"] == "relax.nn.conv2d_transpose":
             return F.conv_transpose2d(u, v, stride=at["strides"], padding=pad,

@@ -22,6 +22,7 @@ from ..kernels.microkernels import tagging_legalizations
 from ..lowering.fused_kernels import legalize_fused_ops
 from ..lowering.fusion import fuse_kernels
 from ..lowering.reductions import reduction_legalizations
+from ..lowering.transposed_matmul import fold_weight_transposes
 from ..training.graph import TrainingModule
 from .inplace import share_in_place
 from .ir import Call, Program, Slot
@@ -34,6 +35,7 @@ def legalize(mod: tvm.IRModule, accumulate_dtype: str = "float32") -> tvm.IRModu
     if accumulate_dtype != "float32":
         custom.update(reduction_legalizations(accumulate_dtype))
     mod = legalize_fused_ops(mod, accumulate_dtype)  # fused BatchNorm, cross-entropy
+    mod = fold_weight_transposes(mod)  # x @ W.T without a copy of W.T
     mod = relax.transform.LegalizeOps(customize_legalize_map=custom)(mod)
     return relax.transform.DeadCodeElimination(["main", "predict"])(mod)
 

@@ -1,12 +1,13 @@
 """Kernels of the ops that have micro-kernels, made the way a training graph makes them: a
-Relax conv2d (or matmul) with its Relax Gradient, legalized with the tagging rules of
-program/build.py. The tests and benchmarks/icount.py build their kernel variants from these
+Relax conv2d (or matmul, or a Linear layer's matmul of a transposed weight) with its Relax
+Gradient, legalized with the tagging rules of program/build.py. The tests and benchmarks/icount.py build their kernel variants from these
 PrimFuncs."""
 
 from __future__ import annotations
 
 from tvm import relax
 
+from ...lowering.transposed_matmul import fold_weight_transposes
 from .tagging import op_info, tagging_legalizations
 
 
@@ -16,7 +17,7 @@ def _legalized_funcs(build_body, params) -> list:
         with bb.dataflow():
             out = bb.emit_output(relax.op.sum(build_body(bb)))
         bb.emit_func_output(out)
-    mod = relax.transform.Gradient("main")(bb.get())
+    mod = fold_weight_transposes(relax.transform.Gradient("main")(bb.get()))
     mod = relax.transform.LegalizeOps(customize_legalize_map=tagging_legalizations())(mod)
     funcs = [(gv.name_hint, f) for gv, f in mod.functions.items()
              if not isinstance(f, relax.Function) and op_info(f) is not None]
@@ -38,3 +39,11 @@ def matmul_funcs(m: int, k: int, n: int) -> list:
     a = relax.Var("a", relax.TensorType((m, k), "float32"))
     b = relax.Var("b", relax.TensorType((k, n), "float32"))
     return _legalized_funcs(lambda bb: bb.emit(relax.op.matmul(a, b)), [a, b])
+
+
+def linear_funcs(m: int, k: int, n: int) -> list:
+    """A Linear layer's a [m, k] . w [n, k]^T (weight read as stored) and its two gradients."""
+    a = relax.Var("a", relax.TensorType((m, k), "float32"))
+    w = relax.Var("w", relax.TensorType((n, k), "float32"))
+    return _legalized_funcs(
+        lambda bb: bb.emit(relax.op.matmul(a, bb.emit(relax.op.permute_dims(w)))), [a, w])

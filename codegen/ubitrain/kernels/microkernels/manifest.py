@@ -39,7 +39,7 @@ FAMILIES = {
     "depthwise": ("common/depthwise.c.j2", {"forward": "dwconv2d",
                                             "bwd_data": "dwconv2d_bwd_data",
                                             "bwd_weight": "dwconv2d_bwd_weight"}),
-    "matmul": ("common/matmul.c.j2", {None: "matmul"}),
+    "matmul": ("common/matmul.c.j2", {None: "matmul", "nt": "matmul_nt"}),
 }
 
 # Support code that kernels share, emitted once per model before the kernels.

@@ -170,6 +170,9 @@ def match_matmul(info: dict, out_shape: list[int]):
     shapes = info["shapes"]
     if not _floats(info) or len(shapes[0]) != 2 or len(shapes[1]) != 2:
         return None
+    if info["attrs"].get("transpose_b"):  # a [M, K] . b [N, K]^T: the A . B^T GEMM
+        (M, K), (N, _) = shapes
+        return "matmul", dict(M=M, N=N, K=K, mode="nt", scratch_bytes=_align(4 * N))
     (M, K), (_, N) = shapes
     return "matmul", dict(M=M, N=N, K=K, scratch_bytes=0)
 
