@@ -1,7 +1,7 @@
 """Kernels of the ops that have micro-kernels, made the way a training graph makes them: a
 Relax conv2d (or matmul, or a Linear layer's matmul of a transposed weight) with its Relax
-Gradient, legalized with the tagging rules of program/build.py. The tests and benchmarks/icount.py build their kernel variants from these
-PrimFuncs."""
+Gradient, legalized with the tagging rules of program/build.py. The tests and
+benchmarks/icount.py build their kernel variants from these PrimFuncs."""
 
 from __future__ import annotations
 
