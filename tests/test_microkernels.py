@@ -12,6 +12,7 @@ order of summation, and the two variants must be within twice that of each other
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -22,7 +23,12 @@ from test_targets import require_tools
 
 from ubitrain.kernels.library import KernelLibrary
 from ubitrain.kernels.microkernels import harness
-from ubitrain.kernels.microkernels.cases import conv2d_funcs, linear_funcs, matmul_funcs
+from ubitrain.kernels.microkernels.cases import (
+    conv2d_funcs,
+    linear_funcs,
+    matmul_funcs,
+    max_pool2d_backward_funcs,
+)
 from ubitrain.kernels.microkernels.manifest import GEMM_CORES
 from ubitrain.kernels.microkernels.tagging import op_info
 from ubitrain.targets import TARGETS
@@ -40,6 +46,12 @@ CONV_CASES = [
     ((1, 1, 30, 30), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1)),  # several packed row blocks
 ]
 MATMUL_CASES = [(6, 13, 19), (1, 7, 3), (9, 33, 8), (4, 400, 120)]
+# max_pool2d gradient: (x shape, kernel, stride, padding, dilation, ceil mode)
+MAX_POOL_CASES = [((2, 3, 6, 6), (2, 2), (2, 2), (0, 0), (1, 1), False),
+                  ((1, 2, 7, 7), (3, 3), (2, 2), (1, 1), (1, 1), False),
+                  ((2, 2, 5, 5), (2, 2), (1, 1), (0, 0), (1, 1), False),
+                  ((1, 2, 6, 6), (2, 2), (1, 1), (1, 1), (2, 2), False),
+                  ((1, 2, 5, 5), (2, 2), (2, 2), (0, 0), (1, 1), True)]
 # depthwise (groups = channels): (x shape, w shape, padding, dilation), stride 1
 DEPTHWISE_CASES = [
     ((2, 5, 9, 7), (5, 1, 3, 3), (1, 1), (1, 1)),
@@ -76,6 +88,9 @@ def _funcs():
                 seen.add(key)
                 nt = "_nt" if op_info(f)["attrs"].get("transpose_b") else ""
                 out.append((f"matmul{nt}{op_info(f)['shapes']}", f))
+    for xs, k, st, p, d, ceil in MAX_POOL_CASES:
+        (f,) = max_pool2d_backward_funcs(xs, k, st, p, d, ceil)
+        out.append((f"max_pool2d_backward{xs} k{k} s{st} p{p} d{d} ceil{ceil}", f))
     return out
 
 
@@ -90,6 +105,18 @@ def reference(func, inputs):
     at = info["attrs"]
 
     groups = at.get("groups", 1)
+    if info["op"] == "relax.grad.max_pool2d_backward":  # inputs: dy, x
+        pool = dict(kernel_size=at["pool_size"], stride=at["strides"],
+                    padding=at["padding"][:2], dilation=at["dilation"])
+        pool["ceil_mode"] = list(F.max_pool2d(y, **pool).shape) != list(x.shape)
+
+        def grad(dy):
+            xg = y.clone().requires_grad_(True)
+            F.max_pool2d(xg, **pool).backward(dy)
+            return xg.grad.numpy().reshape(-1)
+
+        terms = math.prod(-(-k // s) for k, s in zip(at["pool_size"], at["strides"]))
+        return grad(x), grad(x.abs()), terms
 
     def apply(u, v):
         if info["op"] == "relax.matmul":
@@ -143,6 +170,8 @@ def isa_run(request, tmp_path_factory):
         support.update(lib.support)
         inputs = [rng.standard_normal([int(d) for d in p.shape]).astype(np.float32)
                   for p in func.params[:-1]]
+        if label.startswith("max_pool2d"):  # whole numbers in x: windows with tied maxima
+            inputs[1] = np.round(inputs[1])
         cases.append(harness.Case(label, [scalar, micro], inputs))
         refs.append(reference(func, inputs))
     binary = harness.build(cases, support, target, tmp_path_factory.mktemp(f"uk_{name}"))

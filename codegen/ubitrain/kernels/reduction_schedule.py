@@ -18,7 +18,8 @@ it, with no condition:
 
 Blocks are recognised by structure, not by name: a float32 block with reduction iterators
 whose last spatial iterator indexes the output's last dimension with unit stride and every
-read either unit-stride in that iterator (in its last dimension) or independent of it. The
+read either independent of that iterator or indexed by it in its last dimension with a
+small constant stride (1 for most; 2 to MAX_READ_STRIDE for strided pooling and convs). The
 order of each output element's reduction is unchanged, so results are bit-identical to the
 unscheduled kernel. float64 accumulators (lowering/reductions.py) only get their init moved.
 Any block that does not fit is left as it was.
@@ -32,6 +33,9 @@ from tvm.ir import prim
 VECTOR_ELEMENTS = 8  # split the vector axis into chunks of this many when it is long
 MAX_VECTOR_EXTENT = 64  # longer vector axes are split
 REGISTER_FACTORS = (4, 3, 2)  # the unrolled register axis: the first factor that divides
+# A read may step by this much along the vector axis (strided pooling and convolution):
+# gcc still vectorizes the loop, with loads and permutes.
+MAX_READ_STRIDE = 4
 
 
 def tile_reductions(sch: s_tir.Schedule) -> None:
@@ -149,16 +153,18 @@ def _vector_axis(block, ivs, spatial_pos):
         region = read.region
         if not any(_uses(r.min, v) for r in region):
             continue
-        if not _unit_stride_last(region, v):
+        if not _unit_stride_last(region, v, MAX_READ_STRIDE):
             return None
     return spatial_pos[-1]
 
 
-def _unit_stride_last(region, v) -> bool:
+def _unit_stride_last(region, v, max_stride: int = 1) -> bool:
+    """v indexes only the last dimension, with a constant stride of 1 (up to max_stride)."""
     *rest, last = region
     if any(_uses(r.min, v) for r in rest):
         return False
-    return _linear_coeff(last.min, v) == 1
+    stride = _linear_coeff(last.min, v)
+    return stride is not None and 1 <= stride <= max_stride
 
 
 def _register_axis(block, ivs, spatial_pos, v_pos):

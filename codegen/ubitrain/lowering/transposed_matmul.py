@@ -14,12 +14,10 @@ transpose, now unused, is dropped by dead-code elimination.
 
 from __future__ import annotations
 
-import json
-
 import tvm
 from tvm import relax, te
 
-from ..kernels.microkernels.tagging import ATTR
+from ..kernels.microkernels.tagging import tag
 
 _PERMUTE = tvm.ir.Op.get("relax.permute_dims")
 _MATMUL = tvm.ir.Op.get("relax.matmul")
@@ -66,12 +64,7 @@ class _TransposedMatmul(relax.PyExprMutator):
             return call
         a = call.args[0]
         out = self.builder_.call_te(matmul_transposed_b, a, w, primfunc_name_hint="matmul_nt")
-        gvar = out.args[0]
-        info = {"op": "relax.matmul", "attrs": {"transpose_b": True},
-                "shapes": [[int(d) for d in a.ty.shape], [int(d) for d in w.ty.shape]],
-                "dtypes": [str(a.ty.dtype), str(w.ty.dtype)]}
-        func = self.builder_.get()[gvar].with_attr(ATTR, json.dumps(info, sort_keys=True))
-        self.builder_.update_func(gvar, func)
+        tag(self.builder_, out, "relax.matmul", {"transpose_b": True}, [a, w])
         return out
 
     def run(self) -> tvm.IRModule:

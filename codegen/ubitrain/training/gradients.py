@@ -22,6 +22,7 @@ from tvm.relax import op as R
 from tvm.relax.op.base import register_gradient
 from tvm.relax.op.grad import no_grad
 
+from ..kernels.microkernels.tagging import tag
 from . import batch_norm, layer_norm, softmax_cross_entropy
 from .fused_ops import fused_gradient
 from .pool_grad import avg_pool2d_backward, max_pool2d_backward
@@ -179,9 +180,13 @@ def legalize_max_pool2d_backward(bb, call):
     output_grad, x = call.args
     if attrs.layout != "NCHW":
         raise ValueError("ubitrain's max_pool2d gradient needs NCHW")
-    return bb.call_te(max_pool2d_backward, output_grad, x, pool_size=_ints(attrs.pool_size),
-                      strides=_ints(attrs.strides), padding=_ints(attrs.padding),
-                      dilation=_ints(attrs.dilation), primfunc_name_hint="max_pool2d_backward")
+    geometry = dict(pool_size=_ints(attrs.pool_size), strides=_ints(attrs.strides),
+                    padding=_ints(attrs.padding), dilation=_ints(attrs.dilation))
+    out = bb.call_te(max_pool2d_backward, output_grad, x, **geometry,
+                     primfunc_name_hint="max_pool2d_backward")
+    # tagged: targets with micro-kernels run a one-pass scatter instead (microkernels/)
+    tag(bb, out, "relax.grad.max_pool2d_backward", geometry, [output_grad, x])
+    return out
 
 
 GRADIENT_RULES = {

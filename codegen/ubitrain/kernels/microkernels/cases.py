@@ -47,3 +47,15 @@ def linear_funcs(m: int, k: int, n: int) -> list:
     w = relax.Var("w", relax.TensorType((n, k), "float32"))
     return _legalized_funcs(
         lambda bb: bb.emit(relax.op.matmul(a, bb.emit(relax.op.permute_dims(w)))), [a, w])
+
+
+def max_pool2d_backward_funcs(x_shape, kernel, stride, padding=(0, 0), dilation=(1, 1),
+                              ceil_mode=False) -> list:
+    """The gradient of an NCHW max_pool2d (ubitrain's legalization, training/gradients.py)."""
+    from ...training.gradients import register_gradients
+
+    register_gradients()
+    x = relax.Var("x", relax.TensorType(x_shape, "float32"))
+    pad = [padding[0], padding[1], padding[0], padding[1]]
+    return _legalized_funcs(lambda bb: bb.emit(relax.op.nn.max_pool2d(
+        x, kernel, stride, pad, dilation, ceil_mode=ceil_mode)), [x])

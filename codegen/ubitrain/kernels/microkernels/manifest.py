@@ -40,6 +40,7 @@ FAMILIES = {
                                             "bwd_data": "dwconv2d_bwd_data",
                                             "bwd_weight": "dwconv2d_bwd_weight"}),
     "matmul": ("common/matmul.c.j2", {None: "matmul", "nt": "matmul_nt"}),
+    "max_pool2d_backward": ("common/max_pool2d_backward.c.j2", {None: "max_pool2d_backward"}),
 }
 
 # Support code that kernels share, emitted once per model before the kernels.

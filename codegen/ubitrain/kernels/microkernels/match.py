@@ -177,9 +177,24 @@ def match_matmul(info: dict, out_shape: list[int]):
     return "matmul", dict(M=M, N=N, K=K, scratch_bytes=0)
 
 
+def match_max_pool2d_backward(info: dict, out_shape: list[int]):
+    """Every max_pool2d gradient of float32 NCHW tensors (the template is plain C)."""
+    if not _floats(info):
+        return None
+    a = info["attrs"]
+    (N, C, OH, OW), (_, _, H, W) = info["shapes"]
+    (KH, KW), (SH, SW), (DH, DW) = a["pool_size"], a["strides"], a["dilation"]
+    PT, PL = a["padding"][:2]
+    inside = PL == 0 and (OW - 1) * SW + (KW - 1) * DW < W  # no tap leaves a row sideways
+    return "max_pool2d_backward", dict(N=N, C=C, H=H, W=W, OH=OH, OW=OW, KH=KH, KW=KW, SH=SH,
+                                       SW=SW, PT=PT, PL=PL, DH=DH, DW=DW, inside=inside,
+                                       scratch_bytes=0)
+
+
 MATCHERS = {"relax.nn.conv2d": match_conv2d,
             "relax.nn.conv2d_transpose": match_conv2d_transpose,
-            "relax.matmul": match_matmul}
+            "relax.matmul": match_matmul,
+            "relax.grad.max_pool2d_backward": match_max_pool2d_backward}
 
 
 def match(info: dict, out_shape: list[int]):

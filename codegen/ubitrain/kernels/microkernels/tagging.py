@@ -49,17 +49,20 @@ def _tagging(op_name: str, attr_names):
 
     def legalize(bb: relax.BlockBuilder, call: relax.Call):
         out = default(bb, call)
-        if not (isinstance(out, relax.Call) and out.op.same_as(tvm.ir.Op.get("relax.call_tir"))):
-            return out
-        gvar = out.args[0]
-        info = {"op": op_name, "attrs": _attrs(call, attr_names),
-                "shapes": [_shape(a) for a in call.args],
-                "dtypes": [str(a.ty.dtype) for a in call.args]}
-        func = bb.get()[gvar].with_attr(ATTR, json.dumps(info, sort_keys=True))
-        bb.update_func(gvar, func)
+        tag(bb, out, op_name, _attrs(call, attr_names), call.args)
         return out
 
     return legalize
+
+
+def tag(bb: relax.BlockBuilder, out, op_name: str, attrs: dict, args) -> None:
+    """Give the PrimFunc that `out` (a call_tir) calls the `ub_op` record of `op_name`."""
+    if not (isinstance(out, relax.Call) and out.op.same_as(tvm.ir.Op.get("relax.call_tir"))):
+        return
+    gvar = out.args[0]
+    info = {"op": op_name, "attrs": attrs, "shapes": [_shape(a) for a in args],
+            "dtypes": [str(a.ty.dtype) for a in args]}
+    bb.update_func(gvar, bb.get()[gvar].with_attr(ATTR, json.dumps(info, sort_keys=True)))
 
 
 def tagging_legalizations() -> dict:
