@@ -132,14 +132,17 @@ def test_zoo_plan_holds_in_the_emitted_c(model_name, batch, tmp_path):
             greedy.add_buffer(s.nbytes, a, b)
         greedy_peak = max(greedy_peak, greedy.arena_size())
     assert plan.arena_bytes <= plan.persistent_bytes + greedy_peak
-    # Early update: the gradients of all parameters are never alive at one moment.
+    # Early update: the gradients of all parameters are never alive at one moment. A
+    # Linear weight updated in its gradient GEMM's epilogue has no gradient buffer at all.
     train = pkg.programs["train_step"]
     spans = train.lifetimes()
-    grads = [(c.args[1].root, spans[c.args[1].root]) for c in train.calls if "param" in c.attrs]
-    assert len(grads) == len(pkg.trainable)
+    updates = [c for c in train.calls if "param" in c.attrs]
+    assert len(updates) == len(pkg.trainable)
+    grads = [(c.args[1].root, spans[c.args[1].root]) for c in updates
+             if "matmul_update" not in c.kernel]
     total = sum(g.nbytes for g, _ in grads)
     peak = max(sum(g.nbytes for g, (a, b) in grads if a <= t <= b) for t in range(len(train.calls)))
-    assert peak < total or len(grads) == 1
+    assert peak < total or len(grads) <= 1
     names = {b.name for b in plan.buffers}
     assert all(b.decision == "keep" for b in plan.buffers) and len(names) == len(plan.buffers)
 

@@ -137,8 +137,14 @@ def test_smallest_budget_counts_micro_batching(tmp_path):
 
 def test_recompute_and_page_inside_the_micro_batch_loop(tmp_path):
     """At the smallest budget for k = 2, buffers of the loop body are recomputed and paged
-    in every micro-batch (page blocks reused), and the step still trains like PyTorch."""
+    in every micro-batch (page blocks reused), and the step still trains like PyTorch. The
+    convs are wide (32 channels) so that recomputing their outputs costs more than paging
+    some of them; SmallCnn's narrow ones are always cheaper to recompute."""
     model, data = _data(4, steps=2)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(32 * 8 * 8, 10))
     x, y = data[0]
     opt = ub.SGD(lr=0.1, momentum=0.9)
     with pytest.raises(BudgetTooSmall) as err:

@@ -27,6 +27,11 @@ from ..training.graph import TrainingModule
 from .inplace import share_in_place
 from .ir import Call, Program, Slot
 from .micro_batch import loop_calls, micro_slices, shadow_of, whole_batch
+from .update_epilogue import fuse_update_epilogues
+
+# The optimizer update in the epilogue of matmul weight gradients (program/update_epilogue.py);
+# tests turn it off to compare with the separate update kernels.
+UPDATE_EPILOGUES = True
 
 
 def legalize(mod: tvm.IRModule, accumulate_dtype: str = "float32") -> tvm.IRModule:
@@ -186,6 +191,9 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
                                           grads)
     if coef_call:  # after the loop, the update reads every micro-batch's parameters
         calls = [coef_call] + (_place_early(calls, updates) if k == 1 else calls + updates)
+        if k == 1 and UPDATE_EPILOGUES:
+            calls = fuse_update_epilogues(calls, library, lambda n: _block_update_kernel(
+                optimizer, library, n, len(opt_state[tm.trainable[0]]), calls[0].args[0]))
     calls.append(Call("ub_copy", [loss, loss_out], [1], builtin=True))
     train = Program("train_step", calls)
 
@@ -224,7 +232,7 @@ def _optimizer_calls(tm, optimizer, library, state, parts, opt_state, grads):
     updates = []
     for name, grad in zip(tm.trainable, grads):
         param, states = parts.get(name) or state[name], opt_state[name]
-        func = _update_prim_func(optimizer, param, states, coef)
+        func = _update_prim_func(optimizer, param.shape, len(states), coef)
         # In place: the new parameter and state overwrite the old, element by element.
         kernel = library.add(func, f"{type(optimizer).__name__.lower()}_update", in_place=True)
         args = [param, grad] + states + [coef, param] + states
@@ -242,10 +250,16 @@ def _place_early(calls: list[Call], updates: list[Call]) -> list[Call]:
     return merged
 
 
-def _update_prim_func(optimizer, param, states, coef):
-    p = te.placeholder(param.shape, "float32", "param")
-    g = te.placeholder(param.shape, "float32", "grad")
-    st = [te.placeholder(param.shape, "float32", s.name.rsplit("_", 1)[-1]) for s in states]
+def _block_update_kernel(optimizer, library, elements: int, n_states: int, coef):
+    """The update kernel over `elements` consecutive elements (a block of weight rows)."""
+    func = _update_prim_func(optimizer, (elements,), n_states, coef)
+    return library.add(func, f"{type(optimizer).__name__.lower()}_update", in_place=True)
+
+
+def _update_prim_func(optimizer, shape, n_states: int, coef):
+    p = te.placeholder(shape, "float32", "param")
+    g = te.placeholder(shape, "float32", "grad")
+    st = [te.placeholder(shape, "float32", f"state{i}") for i in range(n_states)]
     c = te.placeholder(coef.shape, "float32", "coef")
     out = optimizer.update(p, g, st, c)
     outs = list(out) if isinstance(out, (list, tuple)) else [out]

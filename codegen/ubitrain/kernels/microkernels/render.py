@@ -17,7 +17,7 @@ _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks
                           undefined=jinja2.StrictUndefined)
 
 
-def _render(template: str, **params) -> str:
+def render_template(template: str, **params) -> str:
     return _ENV.get_template(template).render(**params)
 
 
@@ -25,9 +25,9 @@ def support_sources(isa: str) -> dict[str, str]:
     """The shared code the micro-kernels of `isa` call: packers, the GEMM micro-kernel."""
     core = GEMM_CORES[isa]
     tails = [m for m in (4, 2, 1) if m < core.mr]  # remainders of M, largest first
-    sources = {gemm_name(isa): _render(core.template, mr=core.mr, nr=core.nr, tails=tails,
+    sources = {gemm_name(isa): render_template(core.template, mr=core.mr, nr=core.nr, tails=tails,
                                        **core_names(isa))}
-    sources.update({f"{name}_{isa}": _render(t, isa=isa) for name, t in SUPPORT.items()})
+    sources.update({f"{name}_{isa}": render_template(t, isa=isa) for name, t in SUPPORT.items()})
     return sources
 
 
@@ -58,7 +58,7 @@ def render_kernel(func, isa: str, family: str, name: str, params: dict) -> CKern
     """The CKernel of a micro-kernel: called like the scalar kernel of `func` (its parameters
     in order, output last, scratch first)."""
     names = ["in0", "in1", "out"]
-    source = _render(FAMILIES[family][0], name=name, isa=isa, a=names[0], b=names[1],
+    source = render_template(FAMILIES[family][0], name=name, isa=isa, a=names[0], b=names[1],
                      out=names[2], **core_names(isa), **params)
     tensors = []
     for cname, buffer in zip(names, func.params):
