@@ -50,16 +50,26 @@ def _cheap(sch, block) -> bool:
 
 
 def _elementwise_intermediate(sch, block) -> bool:
-    """A non-reduction block of a fused kernel (lowering/fusion.py) whose consumers are
-    non-reduction blocks that read no more elements than it writes: inlining it removes an
-    intermediate buffer without computing any element more than once per consumer (a
-    consumer that broadcasts it, or a reduction reading it, would recompute it many times)."""
+    """A non-reduction block of a fused kernel (lowering/fusion.py) whose consumers each
+    run no more iterations than it writes elements: non-reduction blocks writing no more
+    than it, or a reduction over exactly its elements (a bias gradient's sum of a ReLU
+    mask's output). Inlining it removes an intermediate buffer without computing any element
+    more than once per consumer (a consumer that broadcasts it, or a reduction that reads
+    each element many times, would recompute it)."""
     if _is_reduction(sch, block):
         return False
     consumers = sch.get_consumers(block)
     size = _written_elements(sch, block)
-    return bool(consumers) and all(not _is_reduction(sch, c) and _written_elements(sch, c) <= size
-                                   for c in consumers)
+    return bool(consumers) and all(
+        _iterations(sch, c) <= size if _is_reduction(sch, c) else _written_elements(sch, c) <= size
+        for c in consumers)
+
+
+def _iterations(sch, block) -> int:
+    n = 1
+    for v in sch.get(block).iter_vars:
+        n *= int(v.dom.extent)
+    return n
 
 
 def _is_reduction(sch, block) -> bool:
