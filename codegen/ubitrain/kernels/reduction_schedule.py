@@ -21,8 +21,10 @@ whose last spatial iterator indexes the output's last dimension with unit stride
 read either independent of that iterator or indexed by it in its last dimension with a
 small constant stride (1 for most; 2 to MAX_READ_STRIDE for strided pooling and convs). The
 order of each output element's reduction is unchanged, so results are bit-identical to the
-unscheduled kernel. float64 accumulators (lowering/reductions.py) only get their init moved.
-Any block that does not fit is left as it was.
+unscheduled kernel. float64 accumulators (lowering/reductions.py: BatchNorm statistics,
+bias gradients) whose innermost reduction is unit-stride and long get partial sums across it
+(`_factor_dot_product`): a different order of float64 additions, which vectorizes; the others
+only get their init moved. Any block that does not fit is left as it was.
 """
 
 from __future__ import annotations
@@ -101,7 +103,11 @@ def _tile_one(sch: s_tir.Schedule, block_rv) -> None:
     write = block.writes[0].source
     wide = str(write.dtype) != "float32"
     if wide or not spatial_pos:
-        sch.decompose_reduction(block_rv, loops[reduce_pos[0]])
+        # float64 sums (BatchNorm statistics, bias gradients on hosts): partial sums across
+        # the unit-stride innermost reduction vectorize where a single chain of adds cannot
+        if not (wide and spatial_pos and
+                _factor_dot_product(sch, block_rv, block, ivs, loops, reduce_pos)):
+            sch.decompose_reduction(block_rv, loops[reduce_pos[0]])
         return
     v_pos = _vector_axis(block, ivs, spatial_pos)
     if v_pos is None:
