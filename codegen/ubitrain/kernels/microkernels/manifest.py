@@ -39,6 +39,9 @@ FAMILIES = {
     "depthwise": ("common/depthwise.c.j2", {"forward": "dwconv2d",
                                             "bwd_data": "dwconv2d_bwd_data",
                                             "bwd_weight": "dwconv2d_bwd_weight"}),
+    "depthwise_strided": ("common/depthwise_strided.c.j2", {"forward": "dwconv2d",
+                                                            "bwd_data": "dwconv2d_bwd_data",
+                                                            "bwd_weight": "dwconv2d_bwd_weight"}),
     "matmul": ("common/matmul.c.j2", {None: "matmul", "nt": "matmul_nt"}),
     "max_pool2d_backward": ("common/max_pool2d_backward.c.j2", {None: "max_pool2d_backward"}),
 }

@@ -47,7 +47,8 @@ def _pointwise(KH, KW, sh, sw, padding) -> bool:
 
 
 def match_depthwise(info: dict, out_shape: list[int]):
-    """A depthwise conv of stride 1 (one filter per channel) or one of its gradients."""
+    """A depthwise conv (one filter per channel) or one of its gradients: stride 1 through the
+    GEMM core, other strides as direct loops."""
     a = info["attrs"]
     layouts = (a["data_layout"], a["kernel_layout"], a["out_layout"])
     pt, pl, pb, pr = a["padding"]
@@ -66,8 +67,8 @@ def match_depthwise(info: dict, out_shape: list[int]):
         top, left = (KH - 1) * dh - pt, (KW - 1) * dw - pl
         Hp, Wp = OH + (KH - 1) * dh, OW + (KW - 1) * dw
         mode = "bwd_data"
-        ok = (C, w0, w1) == (g, g, 1) and a["output_padding"] == [0, 0] and \
-            top + H <= Hp and left + W <= Wp
+        ok = (C, w0, w1) == (g, g, 1)
+        frame_ok = a["output_padding"] == [0, 0] and top + H <= Hp and left + W <= Wp
     elif info["op"] == "relax.nn.conv2d" and layouts == ("CNHW", "IOHW", "CNHW"):
         (CN, one, H, W), (N, C, OH, OW) = info["shapes"]
         _, _, KH, KW = out_shape
@@ -78,7 +79,16 @@ def match_depthwise(info: dict, out_shape: list[int]):
         Hp, Wp = max(H + pt + pb, OH + (KH - 1) * dh), max(W + pl + pr, OW + (KW - 1) * dw)
     else:
         return None
-    if not ok or (sh, sw) != (1, 1) or top < 0 or left < 0 or Hp * Wp * 4 > DIRECT_BYTES:
+    if not ok:
+        return None
+    if (sh, sw) != (1, 1):  # direct loops (templates/common/depthwise_strided.c.j2)
+        return "depthwise_strided", dict(
+            mode=mode, N=N, C=C, H=H, W=W, OH=OH, OW=OW, KH=KH, KW=KW, sh=sh, sw=sw, dh=dh,
+            dw=dw, pt=pt, pl=pl, scratch_bytes=0,
+            doc=f"depthwise conv2d {mode}: stride {sh}x{sw}, dilation {dh}x{dw}, "
+                f"padding {pt},{pl},{pb},{pr}")
+    if top < 0 or left < 0 or Hp * Wp * 4 > DIRECT_BYTES or \
+            (mode == "bwd_data" and not frame_ok):
         return None
     K = KH * KW
     image = _align(4 * K)
