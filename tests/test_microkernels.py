@@ -72,37 +72,26 @@ PORTABLE = "host+UB_NO_AVX2"
 def _funcs():
     """(label, PrimFunc), forward and both gradients of every case, each kernel once."""
     out, seen = [], set()
+
+    def add(funcs, case: str):
+        for f in funcs:
+            if f.attrs["ub_op"] not in seen:
+                seen.add(f.attrs["ub_op"])
+                info = op_info(f)
+                nt = " (B transposed)" if info["attrs"].get("transpose_b") else ""
+                out.append((f"{info['op']}{info['shapes']}{nt} {case}".rstrip(), f))
+
     for xs, ws, s, p, d in CONV_CASES:
-        for f in conv2d_funcs(xs, ws, s, p, d):
-            key = f.attrs["ub_op"]
-            if key not in seen:
-                seen.add(key)
-                info = op_info(f)
-                out.append((f"{info['op']}{info['shapes']} s{s} p{p} d{d}", f))
+        add(conv2d_funcs(xs, ws, s, p, d), f"s{s} p{p} d{d}")
     for xs, ws, p, d in DEPTHWISE_CASES:
-        for f in conv2d_funcs(xs, ws, padding=p, dilation=d, groups=xs[1]):
-            key = f.attrs["ub_op"]
-            if key not in seen:
-                seen.add(key)
-                info = op_info(f)
-                out.append((f"depthwise {info['op']}{info['shapes']} p{p} d{d}", f))
+        add(conv2d_funcs(xs, ws, padding=p, dilation=d, groups=xs[1]), f"depthwise p{p} d{d}")
     for xs, ws, st, p in STRIDED_DEPTHWISE_CASES:
-        for f in conv2d_funcs(xs, ws, stride=st, padding=p, groups=xs[1]):
-            key = f.attrs["ub_op"]
-            if key not in seen:
-                seen.add(key)
-                info = op_info(f)
-                out.append((f"depthwise {info['op']}{info['shapes']} s{st} p{p}", f))
+        add(conv2d_funcs(xs, ws, stride=st, padding=p, groups=xs[1]), f"depthwise s{st} p{p}")
     for m, k, n in MATMUL_CASES:
-        for f in matmul_funcs(m, k, n) + linear_funcs(m, k, n):
-            key = f.attrs["ub_op"]
-            if key not in seen:
-                seen.add(key)
-                nt = "_nt" if op_info(f)["attrs"].get("transpose_b") else ""
-                out.append((f"matmul{nt}{op_info(f)['shapes']}", f))
+        add(matmul_funcs(m, k, n) + linear_funcs(m, k, n), "")
     for xs, k, st, p, d, ceil in MAX_POOL_CASES:
-        (f,) = max_pool2d_backward_funcs(xs, k, st, p, d, ceil)
-        out.append((f"max_pool2d_backward{xs} k{k} s{st} p{p} d{d} ceil{ceil}", f))
+        add(max_pool2d_backward_funcs(xs, k, st, p, d, ceil),
+            f"x{list(xs)} k{k} s{st} p{p} d{d} ceil={ceil}")
     return out
 
 
@@ -182,8 +171,8 @@ def isa_run(request, tmp_path_factory):
         support.update(lib.support)
         inputs = [rng.standard_normal([int(d) for d in p.shape]).astype(np.float32)
                   for p in func.params[:-1]]
-        if label.startswith("max_pool2d"):  # whole numbers in x: windows with tied maxima
-            inputs[1] = np.round(inputs[1])
+        if op_info(func)["op"] == "relax.grad.max_pool2d_backward":  # x in whole numbers:
+            inputs[1] = np.round(inputs[1])  # windows with tied maxima
         cases.append(harness.Case(label, [scalar, micro], inputs))
         refs.append(reference(func, inputs))
     binary = harness.build(cases, support, target, tmp_path_factory.mktemp(f"uk_{name}"))
