@@ -62,6 +62,7 @@ DEPTHWISE_CASES = [
     ((2, 5, 9, 7), (5, 1, 3, 3), (1, 1), (1, 1)),
     ((3, 4, 8, 8), (4, 1, 5, 5), (2, 2), (1, 1)),
     ((2, 6, 6, 10), (6, 1, 3, 3), (0, 0), (1, 1)),
+    ((1, 3, 5, 21), (3, 1, 3, 3), (1, 1), (1, 1)),  # rows of 21: a run of 16, then 4 + 1
 ]
 MICRO_TARGETS = sorted(name for name, t in TARGETS.items() if t.isa in GEMM_CORES)
 # The host's avx2 kernels once more built with -DUB_NO_AVX2: their plain-C fallback, what a

@@ -46,9 +46,14 @@ def _pointwise(KH, KW, sh, sw, padding) -> bool:
     return (KH, KW, sh, sw) == (1, 1, 1, 1) and not any(padding)
 
 
+# Output columns whose sums a stride-1 depthwise kernel keeps in registers over all taps:
+# four NEON / two AVX2 vectors, 16 of the 32 single registers of a Cortex-M FPU.
+DEPTHWISE_RUN = 16
+
+
 def match_depthwise(info: dict, out_shape: list[int]):
-    """A depthwise conv (one filter per channel) or one of its gradients: stride 1 through the
-    GEMM core, other strides as direct loops."""
+    """A depthwise conv (one filter per channel) or one of its gradients: stride 1 over a padded
+    plane (the weight gradient through the GEMM core), other strides as direct loops."""
     a = info["attrs"]
     layouts = (a["data_layout"], a["kernel_layout"], a["out_layout"])
     pt, pl, pb, pr = a["padding"]
@@ -93,7 +98,7 @@ def match_depthwise(info: dict, out_shape: list[int]):
     K = KH * KW
     image = _align(4 * K)
     p = dict(mode=mode, N=N, C=C, H=H, W=W, KH=KH, KW=KW, OH=OH, OW=OW, dh=dh, dw=dw, K=K,
-             Hp=Hp, Wp=Wp, top=top, left=left, image_offset=image,
+             Hp=Hp, Wp=Wp, top=top, left=left, image_offset=image, tile=DEPTHWISE_RUN,
              wt_offset=image + _align(4 * Hp * Wp))
     p["scratch_bytes"] = p["wt_offset"] + (_align(4 * K) if mode == "bwd_data" else 0)
     p["doc"] = (f"depthwise conv2d {mode}: stride 1, dilation {dh}x{dw}, "
