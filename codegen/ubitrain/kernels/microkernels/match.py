@@ -16,6 +16,12 @@ def _floats(info) -> bool:
     return all(d == "float32" for d in info["dtypes"])
 
 
+# Output columns whose sums a single-row direct conv (depthwise, or one channel of A) keeps in
+# registers over all taps: four NEON / SSE vectors, 16 of the 32 single registers of a
+# Cortex-M FPU.
+DIRECT_RUN = 16
+
+
 def _align(n: int) -> int:
     return (n + 15) // 16 * 16
 
@@ -31,7 +37,8 @@ def _variant(p: dict, stride_one: bool, Hp: int, Wp: int, top: int, left: int) -
     if p["pointwise"]:
         p["variant"] = "pointwise"
     elif stride_one and p["C"] * Hp * Wp * 4 <= DIRECT_BYTES and top >= 0 and left >= 0:
-        p.update(variant="direct", Hp=Hp, Wp=Wp, top=top, left=left, image_offset=_align(4 * K))
+        p.update(variant="direct", Hp=Hp, Wp=Wp, top=top, left=left, image_offset=_align(4 * K),
+                 tile=DIRECT_RUN)
         pre = _align(4 * K) + _align(4 * p["C"] * Hp * Wp)
     else:
         p["variant"] = "packed"
@@ -46,9 +53,6 @@ def _pointwise(KH, KW, sh, sw, padding) -> bool:
     return (KH, KW, sh, sw) == (1, 1, 1, 1) and not any(padding)
 
 
-# Output columns whose sums a stride-1 depthwise kernel keeps in registers over all taps:
-# four NEON / two AVX2 vectors, 16 of the 32 single registers of a Cortex-M FPU.
-DEPTHWISE_RUN = 16
 
 
 def match_depthwise(info: dict, out_shape: list[int]):
@@ -98,7 +102,7 @@ def match_depthwise(info: dict, out_shape: list[int]):
     K = KH * KW
     image = _align(4 * K)
     p = dict(mode=mode, N=N, C=C, H=H, W=W, KH=KH, KW=KW, OH=OH, OW=OW, dh=dh, dw=dw, K=K,
-             Hp=Hp, Wp=Wp, top=top, left=left, image_offset=image, tile=DEPTHWISE_RUN,
+             Hp=Hp, Wp=Wp, top=top, left=left, image_offset=image, tile=DIRECT_RUN,
              wt_offset=image + _align(4 * Hp * Wp))
     p["scratch_bytes"] = p["wt_offset"] + (_align(4 * K) if mode == "bwd_data" else 0)
     p["doc"] = (f"depthwise conv2d {mode}: stride 1, dilation {dh}x{dw}, "
