@@ -5,8 +5,11 @@
 
 Everything runs on one thread, in one process, side by side:
 
-- C: `ub.compile(...).build()` on the host target; `trainer.step(x, y)` (forward, loss,
-  backward and the SGD-momentum update, plus ctypes' copy of the batch in).
+- C: `ub.compile(...).build()` on the host target; the generated `train_step` (forward,
+  loss, backward and the SGD-momentum update) called through ctypes on a batch checked and
+  converted once (`trainer.bound_step(x, y)`), as TVM's VM is invoked on inputs set once.
+  `trainer.step(x, y)`, which checks shapes, dtypes and label range every call, is timed too
+  (`c_step_api_seconds`): at batch 1 those checks can cost more than the step.
 - PyTorch: eager, `torch.set_num_threads(1)`; zero_grad, forward, loss, backward,
   `optimizer.step()` with the same SGD-momentum.
 - TVM: `tvm.compile` of the Relax training module (`build_training_module(...).mod`, the
@@ -112,8 +115,12 @@ def time_c(model, x, y, out_dir: Path, repeat: int, warmup: int):
     trainer = pkg.build()
     build_s = time.perf_counter() - start
     xn, yn = x.numpy(), y.numpy()
-    seconds = median_seconds(lambda: trainer.step(xn, yn), repeat, warmup)
-    return seconds, compile_s, build_s, pkg.kernel_count
+    step = trainer.bound_step(xn, yn)
+    if step() != 0:
+        raise RuntimeError(f"the generated train_step of {pkg.model_name} returned an error")
+    seconds = median_seconds(step, repeat, warmup)
+    api_seconds = median_seconds(lambda: trainer.step(xn, yn), repeat, warmup)
+    return seconds, api_seconds, compile_s, build_s, pkg.kernel_count
 
 
 def time_torch(model, x, y, repeat: int, warmup: int) -> float:
@@ -177,9 +184,10 @@ def measure(name: str, batch: int, root: Path, args) -> dict:
     model = entry.factory()
     flops = step_flops(model, x)
     row = dict(model=name, batch=batch, step_flops=flops)
-    c_s, compile_s, build_s, kernels = time_c(model, x, y, root / f"{name}_b{batch}",
-                                              args.repeat, args.warmup)
-    row.update(c_seconds=c_s, compile_seconds=compile_s, cmake_build_seconds=build_s,
+    c_s, api_s, compile_s, build_s, kernels = time_c(model, x, y, root / f"{name}_b{batch}",
+                                                     args.repeat, args.warmup)
+    row.update(c_seconds=c_s, c_step_api_seconds=api_s, compile_seconds=compile_s,
+               cmake_build_seconds=build_s,
                kernels=kernels, c_gflops=flops / c_s / 1e9)
     torch.manual_seed(0)
     row["torch_seconds"] = time_torch(entry.factory(), x, y, args.repeat, args.warmup)
@@ -200,7 +208,8 @@ def print_row(r: dict, roof: float):
     print(f"{r['model']:<19}{r['batch']:>4} {r['c_seconds'] * 1e3:9.3f} "
           f"{r['torch_seconds'] * 1e3:9.3f} {r['torch_seconds'] / r['c_seconds']:6.2f}x "
           f"{tvm_txt} {r['c_gflops']:7.2f} {100 * r['c_gflops'] / roof:5.1f}% "
-          f"{r['compile_seconds']:7.2f} {r['cmake_build_seconds']:6.2f}", flush=True)
+          f"{r['compile_seconds']:7.2f} {r['cmake_build_seconds']:6.2f} "
+          f"{r['c_step_api_seconds'] * 1e3:9.3f}", flush=True)
     if "tvm_error" in r:
         print(f"    TVM build failed: {r['tvm_error']}")
 
@@ -219,7 +228,7 @@ def main():
     roof = sgemm_roof()
     print(f"single-thread SGEMM roof (numpy 512x512 float32): {roof:.1f} GFLOP/s")
     print(f"{'model':<19}{'b':>4} {'C ms':>9} {'torch ms':>9} {'t/C':>7} {'TVM ms':>9} "
-          f"{'TVM/C':>7} {'GFLOP/s':>7} {'roof':>6} {'compile':>7} {'cmake':>6}")
+          f"{'TVM/C':>7} {'GFLOP/s':>7} {'roof':>6} {'compile':>7} {'cmake':>6} {'step() ms':>9}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:

@@ -103,3 +103,28 @@ def test_generated_c_checks_arguments_and_returns_status(tmp_path):
         assert result.returncode == 0, result.stdout + result.stderr
     run = subprocess.run([str(build / "check")], capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr
+
+
+def test_bound_step_trains_as_step_and_pytorch(tmp_path):
+    """trainer.bound_step(x, y) (checked once, then the bare C call that benchmarks/speed.py
+    times) updates the parameters exactly as trainer.step does, and as PyTorch's SGD."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    x, y = torch.randn(4, 6), torch.tensor([0, 1, 2, 1])
+    pkg = ub.compile(model, (x,), y, optimizer=ub.SGD(lr=0.1, momentum=0.9),
+                     out_dir=tmp_path / "m")
+    checked, bound = pkg.build(), pkg.build()
+    step = bound.bound_step(x.numpy(), y.numpy())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(3):
+        checked.step(x.numpy(), y.numpy())
+        assert step() == 0
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    expected = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    for name, value in bound.parameters().items():
+        assert (value == checked.parameters()[name]).all(), name
+        torch.testing.assert_close(torch.from_numpy(value), torch.from_numpy(expected[name]),
+                                   rtol=1e-5, atol=1e-6)
+    assert bound.steps == 3

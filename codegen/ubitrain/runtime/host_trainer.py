@@ -37,7 +37,9 @@ class _Ctx(ctypes.Structure):
 
 
 def _ptr(a: np.ndarray):
-    return a.ctypes.data_as(ctypes.c_void_p)
+    # the address alone: data_as() also builds an object that keeps `a` alive, several
+    # microseconds a call; every array passed here outlives the call it is passed to
+    return ctypes.c_void_p(a.ctypes.data)
 
 
 class HostTrainer(TrainerBase):
@@ -93,6 +95,20 @@ class HostTrainer(TrainerBase):
         loss = np.zeros((), np.float32)
         status = self._step(ctypes.byref(self.ctx), *[_ptr(x) for x in xs], _ptr(y), _ptr(loss))
         return status, float(loss)
+
+    def bound_step(self, *batch):
+        """A function of no arguments that runs one training step on `batch` (checked and
+        converted once, here) and returns the C status: the generated step as a C program's
+        loop calls it, without step()'s per-call checks (benchmarks/speed.py times it)."""
+        xs, y = self._batch(batch)
+        loss = np.zeros((), np.float32)
+        args = (ctypes.byref(self.ctx), *[_ptr(x) for x in xs], _ptr(y), _ptr(loss))
+        arrays = (xs, y, loss)  # alive as long as the function
+
+        def step() -> int:
+            return self._step(*args) if arrays else -1
+
+        return step
 
     def _predict(self, xs):
         out = np.zeros(self.package.output.shape, np.float32)
