@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ub_math.h"
 #include "ub_status.h"
 
 #define UB_MIN(a, b) ((a) < (b) ? (a) : (b))

@@ -118,7 +118,7 @@ def render_dsp(out_dir: Path, model_name: str, train: Program, dsp_train: Progra
         segs.append(dict(method=seg.method, buffers=seg.buffers(plan), body=body))
     dsp = out_dir / "dsp"
     (dsp / "runtime_c").mkdir(parents=True, exist_ok=True)
-    for name in ("ub_runtime.h", "ub_status.h"):
+    for name in ("ub_runtime.h", "ub_math.h", "ub_status.h"):
         shutil.copy(RUNTIME_C / name, dsp / "runtime_c" / name)
     source = ENV.get_template("niti_offload.c.j2").render(
         variant="dsp", m=model_name, kernels=dsp_kernels, segments=segs,

@@ -44,10 +44,11 @@ BINARY_OPS = {
 }
 
 # Intrinsics by op name (without its "tirx." / "prim." namespace):
-# name -> (spelling for float32, spelling for float64).
+# name -> (spelling for float32, spelling for float64). float32 exp, tanh and erf are the
+# inline ones of runtime_c/ub_math.h, so that their loops (GELU, sigmoid, softmax) vectorize.
 FLOAT_INTRINSICS = {
-    "exp": ("expf", "exp"), "log": ("logf", "log"), "sqrt": ("sqrtf", "sqrt"),
-    "tanh": ("tanhf", "tanh"), "erf": ("erff", "erf"), "pow": ("powf", "pow"),
+    "exp": ("ub_expf", "exp"), "log": ("logf", "log"), "sqrt": ("sqrtf", "sqrt"),
+    "tanh": ("ub_tanhf", "tanh"), "erf": ("ub_erff", "erf"), "pow": ("powf", "pow"),
     "fabs": ("fabsf", "fabs"), "floor": ("floorf", "floor"), "ceil": ("ceilf", "ceil"),
     "trunc": ("truncf", "trunc"), "nearbyint": ("nearbyintf", "nearbyint"),
     "round": ("nearbyintf", "nearbyint"), "sin": ("sinf", "sin"), "cos": ("cosf", "cos"),
@@ -241,7 +242,7 @@ class _Printer:
         if op == "likely":
             return self.expr(args[0])
         if op == "sigmoid":
-            return f"({one} / ({one} + {'exp' if f64 else 'expf'}(-{self.expr(args[0])})))"
+            return f"({one} / ({one} + {'exp' if f64 else 'ub_expf'}(-{self.expr(args[0])})))"
         if op == "rsqrt":
             return f"({one} / {'sqrt' if f64 else 'sqrtf'}({self.expr(args[0])}))"
         if op in FLOAT_INTRINSICS:
