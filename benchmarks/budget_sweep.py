@@ -32,7 +32,6 @@ For each zoo model, target cost profile (memory/cost_model.py) and budget:
 """
 
 import argparse
-import json
 import math
 import time
 import warnings
@@ -40,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _results import write_json
 
 import ubitrain as ub
 from ubitrain.errors import CompileError
@@ -228,9 +228,7 @@ def main():
                       f"{sq['smallest']:,} B ({sq['smallest'] / sq['unconstrained_arena']:.3f}), "
                       f"with micro-batching {sq['mb_smallest']:,} B "
                       f"({sq['mb_smallest'] / sq['unconstrained_arena']:.3f})", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rows, indent=1))
-    print(f"written to {args.out}")
+    write_json(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -7,13 +7,13 @@ less); the ratio arena / lower bound says how much the planner loses to fragment
 """
 
 import argparse
-import json
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import torch
+from _results import write_json
 
 import ubitrain as ub
 from ubitrain.zoo import ZOO
@@ -53,9 +53,7 @@ def main():
                       f"compile {r['compile_seconds']:6.2f} s"
                       f"  kernels {r['kernels']:>4}  arena {r['arena_bytes']:>10,} B  lower bound "
                       f"{r['lower_bound_bytes']:>10,} B  ratio {r['ratio']:.3f}", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rows, indent=2))
-    print(f"written to {args.out}")
+    write_json(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -37,6 +36,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _results import write_json  # noqa: E402
 from icount import run_traced  # noqa: E402
 
 import ubitrain as ub  # noqa: E402
@@ -133,9 +133,7 @@ def main(argv=None) -> int:
             print(f"{'all ' + str(len(rows)) + ' kernels':<44} {'':>9} "
                   + " ".join(f"{totals[b]:>13,}" for b in builds))
             results["targets"][name] = {"models": models, "kernels": rows, "totals": totals}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=1))
-    print(f"\nwrote {args.out}")
+    write_json(args.out, results)
     return 0
 
 

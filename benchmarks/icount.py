@@ -32,7 +32,6 @@ The ratio reported is scalar instructions / micro-kernel instructions.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import struct
 import subprocess
@@ -45,6 +44,7 @@ from unittest import mock
 
 import numpy as np
 import torch
+from _results import write_json
 
 import ubitrain as ub
 from ubitrain.kernels import library as kernel_library
@@ -208,9 +208,7 @@ def main(argv=None) -> int:
                       f"{s / m:.2f}x")
             results["targets"][name] = {"isa": target.isa, "kernels": rows, "steps": steps}
             sys.stdout.flush()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=1))
-    print(f"\nwrote {args.out}")
+    write_json(args.out, results)
     return 0
 
 

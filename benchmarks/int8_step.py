@@ -31,7 +31,6 @@ the counts are per processor, so they do not show the time the overlap saves.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import struct
 import subprocess
@@ -42,6 +41,7 @@ from unittest import mock
 
 import numpy as np
 import torch
+from _results import write_json
 
 import ubitrain as ub
 from ubitrain.int8 import overlap, simd
@@ -202,9 +202,7 @@ def main(argv=None) -> int:
                       f"; whole int8 step on {n}: {split[n + '_int8_step']:,.0f}"
                       for n in ("aarch64-neon", "hexagon-v66") if n + "_int8_step" in split))
             print("\n".join(split["overlap"]))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=1))
-    print(f"wrote {args.out}")
+    write_json(args.out, results)
     return 0
 
 

@@ -26,13 +26,13 @@ Per model and batch, with SGD (momentum 0.9, so one optimizer state tensor per p
 """
 
 import argparse
-import json
 import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
+from _results import write_json
 
 import ubitrain as ub
 import ubitrain.program.build as program_build
@@ -169,11 +169,9 @@ def main():
                       + (f"{r['half_pt_arena']:,} ({r['half_pt_arena'] / r['pytorch_peak']:.3f} "
                          f"of PT), +{r['half_pt_overhead']:.1%}" if r["half_pt_arena"] else
                          f"infeasible (smallest {r['half_pt_smallest']:,})"), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rows, indent=2))
     print("bytes; PyTorch peak: torch.profiler memory timeline of one SGD-momentum step "
           "(input excluded); PT model: params+grads+momentum+buffers+saved activations")
-    print(f"written to {args.out}")
+    write_json(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ search relies on (cost(k) / cost(1)) can be read against the measured one.
 """
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -22,6 +21,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from _results import write_json
 
 import ubitrain as ub
 from ubitrain.kernels.library import KernelLibrary
@@ -94,9 +94,7 @@ def main():
                       f"{r['fastest_ratio']:>7.3f}{r['median_ms']:>10.3f}"
                       f"{r['median_ratio']:>7.3f}{r['model_ms']:>10.3f}"
                       f"{r['model_ratio']:>7.3f}", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rows, indent=1))
-    print(f"written to {args.out}")
+    write_json(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,12 @@ tiny-training's sparse scheme.
 """
 
 import argparse
-import json
 import tempfile
 import warnings
 from pathlib import Path
 
 import torch
+from _results import write_json
 
 import ubitrain as ub
 from ubitrain.zoo import ZOO
@@ -57,9 +57,7 @@ def main():
         rows.append(dict(model=name, batch=args.batch, **arena))
         print(f"{name:<20}" + "".join(
             f"{arena[r]:>13,} ({arena['full'] / arena[r]:4.1f}x)" for r in RULES), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rows, indent=2))
-    print(f"written to {args.out}")
+    write_json(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TVM_
     os.environ[_var] = "1"  # before numpy, torch or tvm is imported
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
@@ -52,6 +51,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _results import write_json  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 import ubitrain as ub  # noqa: E402
@@ -235,12 +235,10 @@ def main():
             for batch in args.batch:
                 rows.append(measure(name, batch, Path(tmp), args))
                 print_row(rows[-1], roof)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(dict(
+    write_json(args.out, dict(
         machine=dict(cpu=platform.processor() or platform.machine(),
                      python=platform.python_version(), torch=torch.__version__),
-        sgemm_roof_gflops=roof, repeat=args.repeat, warmup=args.warmup, rows=rows), indent=2))
-    print(f"written to {args.out}")
+        sgemm_roof_gflops=roof, repeat=args.repeat, warmup=args.warmup, rows=rows))
 
 
 if __name__ == "__main__":
