@@ -1,8 +1,7 @@
 /* ubitrain runtime: expf, tanhf and erff as branch-free inline functions, so that a loop that
  * calls them (GELU, sigmoid, softmax) still vectorizes; libm's versions are calls, one
- * element at a time (GCC vectorizes them with -fno-trapping-math, which the generated
- * CMakeLists passes; Clang by default). Accurate to a few ulp against float64
- * (tests/test_ub_math.py); NaN in, NaN out. Polynomial coefficients: least-squares Chebyshev fits in float64,
+ * element at a time. Accurate to a few ulp against float64 (tests/test_ub_math.py); NaN in,
+ * NaN out. Polynomial coefficients: least-squares Chebyshev fits in float64,
  * scripts/fit_math.py. */
 #ifndef UB_MATH_H
 #define UB_MATH_H
@@ -10,6 +9,19 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+/* c ? a : b on the bits of two values computed already: with C's ?: on floats GCC keeps a
+ * branch (under -ftrapping-math, its default, it may not compute both sides), and a loop with
+ * a branch does not vectorize */
+static inline float ub_pick_f32(int c, float a, float b) {
+    uint32_t ua, ub;
+    memcpy(&ua, &a, sizeof ua);
+    memcpy(&ub, &b, sizeof ub);
+    const uint32_t mask = 0u - (uint32_t)(c != 0), bits = (ua & mask) | (ub & ~mask);
+    float r;
+    memcpy(&r, &bits, sizeof r);
+    return r;
+}
 
 /* bit operations, never calls (hexagon-v66's freestanding libm has no copysignf) */
 #if defined(__GNUC__)
@@ -25,10 +37,10 @@
  * Taylor series of e^r to r^7 leaves less than 2^-26. x is held to [ln FLT_MIN, 88.3]:
  * below, FLT_MIN instead of a denormal or 0; above, e^88.3 = 2.2e38 instead of up to inf. */
 static inline float ub_expf(float x) {
-    float c = x < -87.3365448f ? -87.3365448f : x; /* NaN passes both tests, as NaN */
-    c = c > 88.3f ? 88.3f : c;
+    float c = ub_pick_f32(x < -87.3365448f, -87.3365448f, x); /* NaN passes both, as NaN */
+    c = ub_pick_f32(c > 88.3f, 88.3f, c);
     float n = (c * 1.44269502f + 12582912.0f) - 12582912.0f;
-    n = n == n ? n : 0.0f;
+    n = ub_pick_f32(n == n, n, 0.0f);
     const float r = (c - n * 0.693145752f) - n * 1.42860677e-6f;
     const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24
                     + r * (1.0f / 120 + r * (1.0f / 720 + r * (1.0f / 5040)))))));
@@ -45,9 +57,9 @@ static inline float ub_tanhf(float x) {
     const float small = x + x * u * (((((0.00229567569f * u - 0.00834680256f) * u
                         + 0.0217698906f) * u - 0.0539593957f) * u + 0.133333042f) * u
                         - 0.333333343f);
-    const float e = ub_expf(2.0f * (a > 10.0f ? 10.0f : a));
+    const float e = ub_expf(2.0f * ub_pick_f32(a > 10.0f, 10.0f, a));
     const float big = UB_COPYSIGNF(1.0f - 2.0f / (e + 1.0f), x);
-    return a < 0.625f ? small : big; /* NaN fails the tests: big, which is NaN */
+    return ub_pick_f32(a < 0.625f, small, big); /* NaN fails the test: big, NaN */
 }
 
 /* |x| < 1: x P(x^2); else sign(x) (1 - e^(-x^2) Q(t)), t = 1 / (1 + |x|/2), |x| held to 4
@@ -57,12 +69,12 @@ static inline float ub_erff(float x) {
     const float small = x * ((((((7.88249745e-05f * u - 0.000801885501f) * u + 0.00518931216f)
                         * u - 0.0268543288f) * u + 0.112835974f) * u - 0.37612626f) * u
                         + 1.12837911f);
-    const float b = a > 4.0f ? 4.0f : a, t = 1.0f / (1.0f + 0.5f * b);
+    const float b = ub_pick_f32(a > 4.0f, 4.0f, a), t = 1.0f / (1.0f + 0.5f * b);
     const float q = ((((((((0.0129329115f * t + 0.0685304627f) * t - 0.384646118f) * t
                     + 0.479816377f) * t - 0.0537935682f) * t + 0.328946322f) * t
                     + 0.264107674f) * t + 0.284325778f) * t - 0.000120402561f);
     const float big = UB_COPYSIGNF(1.0f - ub_expf(-b * b) * q, x);
-    return a < 1.0f ? small : big; /* NaN: big, which is NaN */
+    return ub_pick_f32(a < 1.0f, small, big); /* NaN: big, which is NaN */
 }
 
 #endif

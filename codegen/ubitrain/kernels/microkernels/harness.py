@@ -41,8 +41,7 @@ else()
   target_link_libraries(ub_harness PRIVATE m)
 endif()
 # The flags of the generated project's kernels (CMakeLists.txt.j2).
-target_compile_options(ub_harness PRIVATE -fno-math-errno -fno-trapping-math
-                       $<$<CONFIG:Release>:-O2>)
+target_compile_options(ub_harness PRIVATE -fno-math-errno $<$<CONFIG:Release>:-O2>)
 if(NOT CMAKE_CROSSCOMPILING OR CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64")
   target_compile_options(ub_harness PRIVATE $<$<CONFIG:Release>:-O3>)
 endif()
