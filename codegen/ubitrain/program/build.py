@@ -27,11 +27,14 @@ from ..training.graph import TrainingModule
 from .inplace import share_in_place
 from .ir import Call, Program, Slot
 from .micro_batch import loop_calls, micro_slices, shadow_of, whole_batch
+from .pool_relu import fuse_pool_relu_grads
 from .update_epilogue import fuse_update_epilogues
 
-# The optimizer update in the epilogue of matmul weight gradients (program/update_epilogue.py);
-# tests turn it off to compare with the separate update kernels.
+# The optimizer update in the epilogue of matmul weight gradients (program/update_epilogue.py)
+# and the max-pool gradient fused with the ReLU gradient in place (program/pool_relu.py);
+# tests turn them off to compare with the separate kernels.
 UPDATE_EPILOGUES = True
+POOL_RELU_GRADS = True
 
 
 def legalize(mod: tvm.IRModule, accumulate_dtype: str = "float32") -> tvm.IRModule:
@@ -194,6 +197,8 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
         if k == 1 and UPDATE_EPILOGUES:
             calls = fuse_update_epilogues(calls, library, lambda n: _block_update_kernel(
                 optimizer, library, n, len(opt_state[tm.trainable[0]]), calls[0].args[0]))
+    if k == 1 and POOL_RELU_GRADS:
+        calls = fuse_pool_relu_grads(calls, library)
     calls.append(Call("ub_copy", [loss, loss_out], [1], builtin=True))
     train = Program("train_step", calls)
 

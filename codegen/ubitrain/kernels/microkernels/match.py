@@ -207,7 +207,7 @@ def match_max_pool2d_backward(info: dict, out_shape: list[int]):
     inside = PL == 0 and (OW - 1) * SW + (KW - 1) * DW < W  # no tap leaves a row sideways
     return "max_pool2d_backward", dict(N=N, C=C, H=H, W=W, OH=OH, OW=OW, KH=KH, KW=KW, SH=SH,
                                        SW=SW, PT=PT, PL=PL, DH=DH, DW=DW, inside=inside,
-                                       scratch_bytes=0)
+                                       relu=False, scratch_bytes=0)
 
 
 MATCHERS = {"relax.nn.conv2d": match_conv2d,

@@ -1,0 +1,81 @@
+"""The max-pool gradient fused with the ReLU gradient, in place over the ReLU's output
+(program/pool_relu.py): bit-identical to the two separate kernels, like PyTorch, and the
+ReLU output's buffer is reused (the arena shrinks). Images of 9x9 and 5x5 leave a row and a
+column that no 2x2 window covers, whose gradient must be zero; one channel's windows are all
+zero (ties, no gradient through the ReLU); an overlapping 3x3 / 2 pool is not fused."""
+
+import numpy as np
+import torch
+from torch import nn
+
+import ubitrain as ub
+import ubitrain.program.build as program_build
+
+STEPS = 3
+
+
+class Net(nn.Module):
+    def __init__(self, pool: nn.Module):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(2, 4, 3, padding=1), nn.Conv2d(4, 6, 3, padding=1)
+        self.pool, self.fc = pool, nn.LazyLinear(5)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.conv1(x)))
+        x = self.pool(torch.relu(self.conv2(x)))
+        return self.fc(torch.flatten(x, 1))
+
+
+def model(pool):
+    torch.manual_seed(0)
+    m = Net(pool)
+    m(torch.zeros(1, 2, 9, 9))  # materialise the lazy layer
+    with torch.no_grad():  # channel 0 of conv1 all below 0: every window's maximum ties at 0
+        m.conv1.bias[0] = -100.0
+    return m
+
+
+def data():
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(4, 2, 9, 9, generator=g), torch.randint(0, 5, (4,), generator=g))
+            for _ in range(STEPS)]
+
+
+def train(pool, fused, out_dir, monkeypatch):
+    monkeypatch.setattr(program_build, "POOL_RELU_GRADS", fused)
+    batches = data()
+    pkg = ub.compile(model(pool), (batches[0][0],), batches[0][1],
+                     optimizer=ub.SGD(lr=0.1, momentum=0.9), out_dir=out_dir)
+    calls = pkg.programs["train_step"].calls
+    trainer = pkg.build()
+    for x, y in batches:
+        trainer.step(x.numpy(), y.numpy())
+    return calls, pkg.memory_plan.arena_bytes, trainer.parameters()
+
+
+def test_fused_pool_relu_gradient_is_bit_identical_in_place_and_like_pytorch(tmp_path,
+                                                                            monkeypatch):
+    calls, arena, params = train(nn.MaxPool2d(2), True, tmp_path / "fused", monkeypatch)
+    fused = [c for c in calls if "max_pool2d_backward_relu" in c.kernel]
+    assert len(fused) == 2
+    assert all(c.args[2].root is c.args[1].root for c in fused)  # dz over x: in place
+    _, arena_apart, apart = train(nn.MaxPool2d(2), False, tmp_path / "apart", monkeypatch)
+    assert arena < arena_apart
+    for name, value in params.items():
+        assert np.array_equal(value, apart[name]), name
+
+    m = model(nn.MaxPool2d(2))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    for x, y in data():
+        opt.zero_grad()
+        nn.functional.cross_entropy(m(x), y).backward()
+        opt.step()
+    for name, value in m.state_dict().items():
+        torch.testing.assert_close(torch.from_numpy(params[name]), value, rtol=1e-5, atol=1e-5)
+
+
+def test_overlapping_windows_are_not_fused(tmp_path, monkeypatch):
+    calls, _, _ = train(nn.MaxPool2d(3, stride=2), True, tmp_path / "overlap", monkeypatch)
+    kernels = [c.kernel for c in calls]
+    assert not any("max_pool2d_backward_relu" in k for k in kernels)
+    assert any("max_pool2d_backward" in k for k in kernels)
