@@ -58,11 +58,16 @@ class KernelLibrary:
         self._by_hash.setdefault(key, []).append((func, kernel))
         return kernel
 
-    def _add_microkernel(self, func, dtype, family, op, params) -> CKernel:
+    def microkernel_name(self, op: str, dtype: str = "f32") -> str:
+        """`ub_<dtype>_<op><i>_ukernel_<tile>__<isa>` (CONVENTIONS.md), the first not taken."""
         tile = microkernels.tile(self.isa)
         name, i = f"ub_{dtype}_{op}_ukernel_{tile}__{self.isa}", 1
         while name in self.kernels:
             name, i = f"ub_{dtype}_{op}{i}_ukernel_{tile}__{self.isa}", i + 1
+        return name
+
+    def _add_microkernel(self, func, dtype, family, op, params) -> CKernel:
+        name = self.microkernel_name(op, dtype)
         try:
             kernel = microkernels.render_kernel(func, self.isa, family, name, params)
             self.support.update(microkernels.support_sources(self.isa))

@@ -55,7 +55,7 @@ def _fuse(pool: Call, relu: Call, calls: list[Call], at: int, library) -> Call |
         return None
     if sum(any(a.root is dx.root for a in c.args) for c in calls) != 2:
         return None  # another kernel reads the pool's gradient
-    name = _unique(library, pool.kernel)
+    name = library.microkernel_name("max_pool2d_backward_relu")
     elements = (p["N"] * p["C"] * p["OH"] * p["OW"], p["N"] * p["C"] * p["H"] * p["W"])
     library.kernels[name] = CKernel(
         name=name, params=[("in0", "float32", elements[0]), ("in1", "float32", elements[1]),
@@ -120,12 +120,3 @@ def _relu_grad(library, kernel: str) -> bool:
 
 def _is_const(e, value) -> bool:
     return isinstance(e, (prim.IntImm, prim.FloatImm)) and e.value == value
-
-
-def _unique(library, pool_kernel: str) -> str:
-    """`ub_f32_max_pool2d_backward_relu<i>_ukernel_<tile>__<isa>` after the pool's kernel."""
-    tail = pool_kernel[pool_kernel.index("_ukernel_"):]
-    name, i = f"ub_f32_max_pool2d_backward_relu{tail}", 1
-    while name in library.kernels:
-        name, i = f"ub_f32_max_pool2d_backward_relu{i}{tail}", i + 1
-    return name

@@ -60,7 +60,7 @@ def _fuse(grad_call: Call, update: Call, calls, library, update_kernel) -> Call 
     n_states = (len(update.args) - 3) // 2  # [param, grad] + states + [coef, param] + states
     states = [f"state{i}" for i in range(n_states)]
     g_bytes = (4 * rows * N + 15) // 16 * 16
-    name = _unique(library, grad_call.kernel)
+    name = library.microkernel_name("matmul_update")
     source = render_template("common/matmul_update.c.j2", name=name, M=M, N=N, K=K, R=rows,
                              states=states, block=block.name, tail=tail and tail.name,
                              g_bytes=g_bytes, **core_names(library.isa))
@@ -77,12 +77,3 @@ def _fuse(grad_call: Call, update: Call, calls, library, update_kernel) -> Call 
     return Call(name, [a, b, param] + state_slots + [coef], list(range(2, 3 + n_states)),
                 attrs=dict(update.attrs),
                 scratch=Slot(f"scratch_{name}", (scratch,), "uint8", "scratch"))
-
-
-def _unique(library, gemm_kernel: str) -> str:
-    """`ub_f32_matmul_update<i>_ukernel_<tile>__<isa>` after the GEMM's kernel name."""
-    tail = gemm_kernel[gemm_kernel.index("_ukernel_"):]
-    name, i = f"ub_f32_matmul_update{tail}", 1
-    while name in library.kernels:
-        name, i = f"ub_f32_matmul_update{i}{tail}", i + 1
-    return name
