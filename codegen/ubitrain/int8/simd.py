@@ -1,4 +1,4 @@
-"""The ISA variants of the int8 inner loops (templates/niti_simd.c.j2), and a check program
+"""The ISA variants of the int8 inner loops (templates/niti_simd.c.j2 and its niti_simd_<isa>.c.j2),
 that runs each variant beside the scalar one on the target (or its emulator).
 
 Integer sums are exact in any order, so a variant must equal the scalar loop bit for bit;
