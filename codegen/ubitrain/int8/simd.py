@@ -1,5 +1,6 @@
-"""The ISA variants of the int8 inner loops (templates/niti_simd.c.j2 and its niti_simd_<isa>.c.j2),
-that runs each variant beside the scalar one on the target (or its emulator).
+"""The ISA variants of the int8 inner loops (templates/niti_simd.c.j2, each ISA's own loops in
+niti_simd_<isa>.c.j2), and a check program that runs each variant beside the scalar one on
+the target (or its emulator).
 
 Integer sums are exact in any order, so a variant must equal the scalar loop bit for bit;
 the check covers lengths around every vector width and the int8 extremes.
