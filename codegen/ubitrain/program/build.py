@@ -25,7 +25,7 @@ from ..lowering.reductions import reduction_legalizations
 from ..lowering.transposed_matmul import fold_weight_transposes
 from ..training.graph import TrainingModule
 from .inplace import share_in_place
-from .ir import Call, Program, Slot
+from .ir import Call, Program, Slot, users
 from .micro_batch import loop_calls, micro_slices, shadow_of, whole_batch
 from .pool_relu import fuse_pool_relu_grads
 from .update_epilogue import fuse_update_epilogues
@@ -276,8 +276,7 @@ def _last_write(calls, slot) -> int:
 
 
 def _last_use(calls, root) -> int:
-    uses = [i for i, c in enumerate(calls) if any(a.root is root for a in c.args)]
-    return max(uses) if uses else -1
+    return max(users(calls, root), default=-1)
 
 
 def _c(name: str) -> str:

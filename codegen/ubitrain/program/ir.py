@@ -83,6 +83,12 @@ class Call:
         return [self.args[i] for i in self.outputs]
 
 
+def users(calls: list[Call], slot: Slot) -> list[int]:
+    """Indices of the calls that pass `slot`'s storage (its root) as an argument."""
+    root = slot.root
+    return [i for i, c in enumerate(calls) if any(a.root is root for a in c.args)]
+
+
 @dataclass
 class Program:
     name: str  # "train_step" or "predict"

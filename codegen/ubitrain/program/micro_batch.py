@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import te
 
-from .ir import Call, Program, Slot
+from .ir import Call, Program, Slot, users
 
 BEGIN, END, ZERO = "ub_micro_batch_begin", "ub_micro_batch_end", "ub_zero"
 
@@ -88,7 +88,7 @@ def _accumulate(acc: Slot, value: Slot, scale: Slot, library) -> Call:
 
 def _after_last_use(calls: list[Call], adds: list[Call], roots: list) -> list[Call]:
     for add, root in zip(adds, roots):
-        last = max(i for i, c in enumerate(calls) if any(a.root is root for a in c.args))
+        last = max(users(calls, root))
         calls.insert(last + 1, add)
     return calls
 

@@ -23,7 +23,7 @@ from ..kernels.microkernels import plan
 from ..kernels.microkernels.render import render_template
 from ..kernels.tir_access import Access, UnknownTir
 from .inplace import SHAREABLE_KINDS
-from .ir import Call, Slot
+from .ir import Call, Slot, users
 
 
 def fuse_pool_relu_grads(calls: list[Call], library) -> list[Call]:
@@ -53,7 +53,7 @@ def _fuse(pool: Call, relu: Call, calls: list[Call], at: int, library) -> Call |
     rx, rdx, zero, dz = relu.args
     if rx is not x or rdx is not dx or not _is_zero(zero) or not _relu_grad(library, relu.kernel):
         return None
-    if sum(any(a.root is dx.root for a in c.args) for c in calls) != 2:
+    if len(users(calls, dx)) != 2:
         return None  # another kernel reads the pool's gradient
     name = library.microkernel_name("max_pool2d_backward_relu")
     elements = (p["N"] * p["C"] * p["OH"] * p["OW"], p["N"] * p["C"] * p["H"] * p["W"])
@@ -63,9 +63,8 @@ def _fuse(pool: Call, relu: Call, calls: list[Call], at: int, library) -> Call |
         source=render_template("common/max_pool2d_backward.c.j2", name=name, a="in0", b="in1",
                                out="out", **{**p, "relu": True}),
         notes=["max_pool2d gradient + ReLU gradient, in place"])
-    later = [a.root for c in calls[at + 1:] for a in c.args]
     if (x.root.kind in SHAREABLE_KINDS and dz.view_of is None and dz.kind in SHAREABLE_KINDS
-            and dz.nbytes == x.root.nbytes and x.root not in later):
+            and dz.nbytes == x.root.nbytes and users(calls, x)[-1] <= at):
         dz.view_of, dz.in_place = x, True  # x dies here: its gradient takes its buffer
     return Call(name, [dy, x, dz], [2], attrs=dict(relu.attrs))
 

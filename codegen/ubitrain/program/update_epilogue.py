@@ -21,7 +21,7 @@ from ..kernels import microkernels
 from ..kernels.c_printer import CKernel
 from ..kernels.microkernels.manifest import core_names
 from ..kernels.microkernels.render import render_template
-from .ir import Call, Slot
+from .ir import Call, Slot, users
 
 BLOCK_BYTES = 16 * 1024  # one block of gradient rows stays in L1
 
@@ -46,7 +46,7 @@ def _fuse(grad_call: Call, update: Call, calls, library, update_kernel) -> Call 
     grad = update.args[1]
     if [w.root for w in grad_call.writes] != [grad.root] or grad is not grad.root:
         return None
-    if sum(any(a.root is grad.root for a in c.args) for c in calls) != 2:
+    if len(users(calls, grad)) != 2:
         return None  # another kernel reads the gradient
     func = library.prim_func(grad_call.kernel)
     planned = microkernels.plan(func, library.isa) if func is not None else None

@@ -91,9 +91,12 @@ class HostTrainer(TrainerBase):
     def steps(self) -> int:
         return self.ctx.step
 
+    def _step_args(self, xs, y, loss) -> tuple:
+        return (ctypes.byref(self.ctx), *[_ptr(x) for x in xs], _ptr(y), _ptr(loss))
+
     def _train_step(self, xs, y):
         loss = np.zeros((), np.float32)
-        status = self._step(ctypes.byref(self.ctx), *[_ptr(x) for x in xs], _ptr(y), _ptr(loss))
+        status = self._step(*self._step_args(xs, y, loss))
         return status, float(loss)
 
     def bound_step(self, *batch):
@@ -102,7 +105,7 @@ class HostTrainer(TrainerBase):
         loop calls it, without step()'s per-call checks (benchmarks/speed.py times it)."""
         xs, y = self._batch(batch)
         loss = np.zeros((), np.float32)
-        args = (ctypes.byref(self.ctx), *[_ptr(x) for x in xs], _ptr(y), _ptr(loss))
+        args = self._step_args(xs, y, loss)
         arrays = (xs, y, loss)  # alive as long as the function
 
         def step() -> int:

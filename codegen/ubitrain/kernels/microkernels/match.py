@@ -53,8 +53,6 @@ def _pointwise(KH, KW, sh, sw, padding) -> bool:
     return (KH, KW, sh, sw) == (1, 1, 1, 1) and not any(padding)
 
 
-
-
 def match_depthwise(info: dict, out_shape: list[int]):
     """A depthwise conv (one filter per channel) or one of its gradients: stride 1 over a padded
     plane (the weight gradient through the GEMM core), other strides as direct loops."""
