@@ -242,7 +242,8 @@ class _Printer:
         if op == "likely":
             return self.expr(args[0])
         if op == "sigmoid":
-            return f"({one} / ({one} + {'exp' if f64 else 'ub_expf'}(-{self.expr(args[0])})))"
+            exp = FLOAT_INTRINSICS["exp"][1 if f64 else 0]
+            return f"({one} / ({one} + {exp}(-{self.expr(args[0])})))"
         if op == "rsqrt":
             return f"({one} / {'sqrt' if f64 else 'sqrtf'}({self.expr(args[0])}))"
         if op in FLOAT_INTRINSICS:
