@@ -7,6 +7,7 @@ status is turned into an exception that says what went wrong.
 from __future__ import annotations
 
 import ctypes
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -105,12 +106,8 @@ class HostTrainer(TrainerBase):
         loop calls it, without step()'s per-call checks (benchmarks/speed.py times it)."""
         xs, y = self._batch(batch)
         loss = np.zeros((), np.float32)
-        args = self._step_args(xs, y, loss)
-        arrays = (xs, y, loss)  # alive as long as the function
-
-        def step() -> int:
-            return self._step(*args) if arrays else -1
-
+        step = functools.partial(self._step, *self._step_args(xs, y, loss))
+        step.arrays = (xs, y, loss)  # the arguments are bare addresses: keep what they point to
         return step
 
     def _predict(self, xs):
