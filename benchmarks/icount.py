@@ -21,17 +21,25 @@ pipe. So the log has exactly one line per retired instruction (Hexagon: per pack
   line counts (it includes reading one batch from the driver's input).
 Scalar builds are the same compile with micro-kernels switched off.
 
+Two scalar baselines per kernel, because the scalar variant is compiled as the project compiles
+it (-O3 on AArch64), and GCC's vectoriser then turns the plain-C kernel into NEON code itself:
+- `scalar`: the plain-C variant with the vectoriser off for it (`#pragma GCC optimize
+  "no-tree-vectorize"`, everything else as built): scalar code, what the goal compares with;
+- `autovec`: the same variant as shipped, vectorised by GCC where it can.
+On Cortex-M (no float SIMD) and Hexagon (clang ignores the pragma) both are the same code.
+
 Cross-check on Cortex-M (the method TOOLCHAINS.md gives): the same kernel program runs again
 under `qemu-system-arm -icount shift=0`, where virtual time advances one nanosecond per
 instruction, and reads SysTick (on the 25 MHz processor clock of the MPS2 boards) around every
 call: ticks x 40 ns must equal the log's count to within a tick or two.
 
-The ratio reported is scalar instructions / micro-kernel instructions.
+The ratios reported are scalar (and autovec) instructions / micro-kernel instructions.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import struct
 import subprocess
@@ -48,6 +56,7 @@ from _results import write_json
 
 import ubitrain as ub
 from ubitrain.kernels import library as kernel_library
+from ubitrain.kernels.c_printer import CKernel
 from ubitrain.kernels.library import KernelLibrary
 from ubitrain.kernels.microkernels import harness
 from ubitrain.kernels.microkernels.cases import conv2d_funcs, matmul_funcs
@@ -117,7 +126,7 @@ def kernel_counts(target, batch: int, work: Path) -> list[dict]:
                 continue
             support.update(lib.support)
             inputs = [np.ones([int(d) for d in p.shape], np.float32) for p in func.params[:-1]]
-            cases.append(harness.Case(layer, [scalar, micro], inputs))
+            cases.append(harness.Case(layer, [without_vectoriser(scalar), scalar, micro], inputs))
             labels.append((layer, micro.name.split("_ukernel_")[0].removeprefix("ub_f32_"),
                            op_info(func)["shapes"]))
     binary = harness.build(cases, support, target, work)
@@ -129,15 +138,24 @@ def kernel_counts(target, batch: int, work: Path) -> list[dict]:
         timed = harness.run(binary, target, cases, emulator_options=("-icount", "shift=0"))
         ticks = [[t for _, _, t in per_case] for per_case in timed]
     rows = []
-    for n, ((layer, kernel, shapes), case, (s, m)) in enumerate(
-            zip(labels, cases, zip(spans[0::2], spans[1::2]))):
-        row = dict(layer=layer, kernel=kernel, shapes=shapes, micro=case.variants[1].name,
-                   scalar_instructions=s, micro_instructions=m, ratio=round(s / m, 2))
+    for n, ((layer, kernel, shapes), case, (s, a, m)) in enumerate(
+            zip(labels, cases, zip(spans[0::3], spans[1::3], spans[2::3]))):
+        row = dict(layer=layer, kernel=kernel, shapes=shapes, micro=case.variants[2].name,
+                   scalar_instructions=s, autovec_instructions=a, micro_instructions=m,
+                   ratio=round(s / m, 2), autovec_ratio=round(a / m, 2))
         if ticks is not None:
             row["systick_scalar_instructions"] = round(ticks[n][0] * MPS2_NS_PER_TICK)
-            row["systick_micro_instructions"] = round(ticks[n][1] * MPS2_NS_PER_TICK)
+            row["systick_micro_instructions"] = round(ticks[n][2] * MPS2_NS_PER_TICK)
         rows.append(row)
     return rows
+
+
+def without_vectoriser(kernel: CKernel) -> CKernel:
+    """The kernel under another name, compiled by GCC with its vectoriser off."""
+    name = f"{kernel.name}_novec"
+    source = ('#pragma GCC push_options\n#pragma GCC optimize("no-tree-vectorize")\n'
+              f"{kernel.source.replace(kernel.name, name)}\n#pragma GCC pop_options")
+    return dataclasses.replace(kernel, name=name, source=source)
 
 
 @contextmanager
@@ -190,14 +208,16 @@ def main(argv=None) -> int:
             target = get_target(name)
             rows = kernel_counts(target, args.kernel_batch, Path(tmp) / f"kernels_{name}")
             print(f"\n{name}: instructions per kernel call, scalar vs {target.isa}")
-            print(f"{'layer':<14} {'kernel':<22} {'scalar':>12} {target.isa:>12} {'ratio':>7}")
+            print(f"{'layer':<14} {'kernel':<22} {'scalar':>11} {'autovec':>11} "
+                  f"{target.isa:>11} {'ratio':>7} {'autovec':>7}")
             for r in rows:
                 timer = ""
                 if "systick_scalar_instructions" in r:
                     timer = (f"   (SysTick x 40 ns: {r['systick_scalar_instructions']:,} / "
                              f"{r['systick_micro_instructions']:,})")
-                print(f"{r['layer']:<14} {r['kernel']:<22} {r['scalar_instructions']:>12,} "
-                      f"{r['micro_instructions']:>12,} {r['ratio']:>6.2f}x{timer}")
+                print(f"{r['layer']:<14} {r['kernel']:<22} {r['scalar_instructions']:>11,} "
+                      f"{r['autovec_instructions']:>11,} {r['micro_instructions']:>11,} "
+                      f"{r['ratio']:>6.2f}x {r['autovec_ratio']:>6.2f}x{timer}")
             steps = []
             for model in args.models:
                 s = step_count(model, target, args.batch, Path(tmp), scalar=True)
