@@ -45,6 +45,8 @@ CONV_CASES = [
     ((2, 8, 6, 6), (12, 8, 1, 1), (1, 1), (0, 0), (1, 1)),
     ((1, 1, 30, 30), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1)),  # several packed row blocks
     ((2, 3, 7, 19), (1, 3, 3, 3), (1, 1), (1, 1), (1, 1)),  # one output channel: direct runs
+    # the data gradient into one channel of narrow rows: several rows to a run (and the rest)
+    ((2, 1, 6, 5), (3, 1, 3, 3), (1, 1), (1, 1), (1, 1)),
 ]
 MATMUL_CASES = [(6, 13, 19), (1, 7, 3), (9, 33, 8), (4, 400, 120)]
 # max_pool2d gradient: (x shape, kernel, stride, padding, dilation, ceil mode)

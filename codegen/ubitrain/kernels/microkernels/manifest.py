@@ -18,6 +18,9 @@ class GemmCore:
     nr: int  # columns of C held in registers
     header: str  # the intrinsics header the core includes
     nt_tile: str = "4x4"  # rows x columns of C of the NT GEMM (the conv weight gradient)
+    # vectors of four sums a direct run (templates/common/direct_run.c.j2) may keep in
+    # registers: half of the ISA's vector registers, the rest for the loaded operands
+    run_sums: int = 4
 
     @property
     def tile(self) -> str:
@@ -25,11 +28,12 @@ class GemmCore:
 
 
 GEMM_CORES = {
-    "neon": GemmCore("neon/gemm.c.j2", 6, 8, "arm_neon.h"),
-    # Cortex-M4F/M7: the scalar FPU, register-blocked (CMSIS-DSP's token; no CMSIS code)
+    "neon": GemmCore("neon/gemm.c.j2", 6, 8, "arm_neon.h", run_sums=16),
+    # Cortex-M4F/M7: the scalar FPU, register-blocked (CMSIS-DSP's token; no CMSIS code);
+    # a vector of four is four of its 32 single registers
     "cmsis_dsp": GemmCore("cmsis_dsp/gemm.c.j2", 4, 4, "math.h"),
     # x86-64 hosts: AVX2 + FMA behind a run-time CPU check, plain C otherwise (XNNPACK's token)
-    "avx2": GemmCore("x86/gemm.c.j2", 6, 16, "immintrin.h", nt_tile="4x3"),
+    "avx2": GemmCore("x86/gemm.c.j2", 6, 16, "immintrin.h", nt_tile="4x3", run_sums=8),
 }
 
 # family -> (template, op token of the kernel name per mode)

@@ -59,7 +59,8 @@ def render_kernel(func, isa: str, family: str, name: str, params: dict) -> CKern
     in order, output last, scratch first)."""
     names = ["in0", "in1", "out"]
     source = render_template(FAMILIES[family][0], name=name, isa=isa, a=names[0], b=names[1],
-                     out=names[2], **core_names(isa), **params)
+                             out=names[2], run_sums=GEMM_CORES[isa].run_sums,
+                             **core_names(isa), **params)
     tensors = []
     for cname, buffer in zip(names, func.params):
         elements = 1
