@@ -27,7 +27,6 @@ benchmarks/icount.py's: qemu -singlestep -d nochain,exec, instructions between `
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import tempfile
 from pathlib import Path
@@ -37,7 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _results import write_json  # noqa: E402
-from icount import run_traced  # noqa: E402
+from icount import compiled_with, run_traced  # noqa: E402
 
 import ubitrain as ub  # noqa: E402
 from ubitrain.kernels.library import KernelLibrary  # noqa: E402
@@ -66,14 +65,6 @@ def step_kernels(model_name: str, batch: int, isa: str, accumulate: str):
     return [k for name, k in library.kernels.items() if "_ukernel_" not in name]
 
 
-def variant(kernel, build: str, option: str | None):
-    name = f"{kernel.name}_{build.replace('-', '_')}"
-    source = kernel.source.replace(kernel.name, name)
-    if option:
-        source = f'__attribute__((optimize("{option}")))\n{source}'
-    return dataclasses.replace(kernel, name=name, source=source)
-
-
 def inputs_for(kernel, rng) -> list[np.ndarray]:
     arrays = []
     for _, dtype, n in kernel.params[:-1]:
@@ -96,7 +87,7 @@ def count(target_name: str, models: list[str], batch: int, work: Path) -> list[d
             if key in seen or len(k.params) > 12:
                 continue
             seen.add(key)
-            variants = [variant(k, b, o) for b, o in builds.items()]
+            variants = [compiled_with(k, b, o) for b, o in builds.items()]
             cases.append(harness.Case(op, variants, inputs_for(k, rng)))
             labels.append((model, op, k.params[-1][2]))
     binary = harness.build(cases, {}, target, work)

@@ -23,10 +23,10 @@ Scalar builds are the same compile with micro-kernels switched off.
 
 Two scalar baselines per kernel, because the scalar variant is compiled as the project compiles
 it (-O3 on AArch64), and GCC's vectoriser then turns the plain-C kernel into NEON code itself:
-- `scalar`: the plain-C variant with the vectoriser off for it (`#pragma GCC optimize
-  "no-tree-vectorize"`, everything else as built): scalar code, what the goal compares with;
+- `scalar`: the plain-C variant with the vectoriser off for it (`optimize("no-tree-vectorize")`,
+  everything else as built): scalar code, what the goal compares with;
 - `autovec`: the same variant as shipped, vectorised by GCC where it can.
-On Cortex-M (no float SIMD) and Hexagon (clang ignores the pragma) both are the same code.
+On Cortex-M (no float SIMD) both are the same code.
 
 Cross-check on Cortex-M (the method TOOLCHAINS.md gives): the same kernel program runs again
 under `qemu-system-arm -icount shift=0`, where virtual time advances one nanosecond per
@@ -126,7 +126,8 @@ def kernel_counts(target, batch: int, work: Path) -> list[dict]:
                 continue
             support.update(lib.support)
             inputs = [np.ones([int(d) for d in p.shape], np.float32) for p in func.params[:-1]]
-            cases.append(harness.Case(layer, [without_vectoriser(scalar), scalar, micro], inputs))
+            novec = compiled_with(scalar, "novec", "no-tree-vectorize")
+            cases.append(harness.Case(layer, [novec, scalar, micro], inputs))
             labels.append((layer, micro.name.split("_ukernel_")[0].removeprefix("ub_f32_"),
                            op_info(func)["shapes"]))
     binary = harness.build(cases, support, target, work)
@@ -150,11 +151,13 @@ def kernel_counts(target, batch: int, work: Path) -> list[dict]:
     return rows
 
 
-def without_vectoriser(kernel: CKernel) -> CKernel:
-    """The kernel under another name, compiled by GCC with its vectoriser off."""
-    name = f"{kernel.name}_novec"
-    source = ('#pragma GCC push_options\n#pragma GCC optimize("no-tree-vectorize")\n'
-              f"{kernel.source.replace(kernel.name, name)}\n#pragma GCC pop_options")
+def compiled_with(kernel: CKernel, suffix: str, option: str | None) -> CKernel:
+    """The kernel renamed with `suffix`, built with GCC's function attribute
+    `optimize(option)` on top of the build's flags (as is where option is None)."""
+    name = f"{kernel.name}_{suffix.replace('-', '_')}"
+    source = kernel.source.replace(kernel.name, name)
+    if option:
+        source = f'__attribute__((optimize("{option}")))\n{source}'
     return dataclasses.replace(kernel, name=name, source=source)
 
 

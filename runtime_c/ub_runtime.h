@@ -15,6 +15,11 @@
  * (a compare, a compare, an or, a select); a and b are evaluated either way. */
 #define UB_FMIN(a, b) ((((a) != (a)) | ((a) < (b))) ? (a) : (b))
 #define UB_FMAX(a, b) ((((a) != (a)) | ((a) > (b))) ? (a) : (b))
+/* The same against a bound k that is no NaN (clip, ReLU): a NaN x fails the one compare and
+ * is passed on. Where x equals k, x is kept: relu(-0.0f) is -0.0f (PyTorch gives +0.0f,
+ * which compares equal and gives the same sums downstream). */
+#define UB_FMIN_K(x, k) (((k) < (x)) ? (k) : (x))
+#define UB_FMAX_K(x, k) (((k) > (x)) ? (k) : (x))
 /* TIR's Select: both values evaluated (they are arguments), then one chosen. */
 static inline float ub_select_f32(int c, float a, float b) { return c ? a : b; }
 #define UB_TRY(call)                  \

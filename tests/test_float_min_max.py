@@ -1,5 +1,6 @@
-"""runtime_c's UB_FMIN / UB_FMAX (ReLU, ReLU6/clamp, max-pool in the printed kernels) give
-PyTorch's values, NaN included, also when -O3 vectorises the loop that uses them."""
+"""runtime_c's UB_FMIN / UB_FMAX (ReLU, ReLU6/clamp, max-pool in the printed kernels) and
+their forms against a constant bound, UB_FMIN_K / UB_FMAX_K, give PyTorch's values, NaN
+included, also when -O3 vectorises the loop that uses them."""
 
 import shutil
 import subprocess
@@ -17,17 +18,19 @@ PROGRAM = r"""
 static float x[N], y[N];
 int main(void) {
     if (fread(x, sizeof x, 1, stdin) != 1) return 2;
-    for (int i = 0; i < N; ++i) y[i] = UB_FMAX(UB_FMIN(x[i], 6.0f), 0.0f);  /* relu6 */
+    for (int i = 0; i < N; ++i) y[i] = RELU6(x[i]);
     fwrite(y, sizeof y, 1, stdout);
     return 0;
 }
 """
 
 
-def test_clamp_of_the_runtime_matches_pytorch_with_nan_and_inf(tmp_path):
+@pytest.mark.parametrize("relu6", ["UB_FMAX(UB_FMIN(v, 6.0f), 0.0f)",
+                                   "UB_FMAX_K(UB_FMIN_K(v, 6.0f), 0.0f)"])
+def test_clamp_of_the_runtime_matches_pytorch_with_nan_and_inf(tmp_path, relu6):
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
-    (tmp_path / "main.c").write_text(PROGRAM)
+    (tmp_path / "main.c").write_text(f"#define RELU6(v) {relu6}\n" + PROGRAM)
     subprocess.run(["cc", "-O3", "-std=c99", f"-I{RUNTIME_C}", str(tmp_path / "main.c"),
                     "-o", str(tmp_path / "clamp")], check=True, capture_output=True)
     rng = np.random.default_rng(0)
@@ -38,4 +41,19 @@ def test_clamp_of_the_runtime_matches_pytorch_with_nan_and_inf(tmp_path):
                          check=True).stdout
     got = np.frombuffer(out, np.float32)
     want = torch.clamp(torch.from_numpy(x), 0.0, 6.0).numpy()
-    assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(got, want, equal_nan=True)  # -0.0 == 0.0: see ub_runtime.h
+
+
+def test_printer_uses_the_one_compare_form_only_against_a_constant_bound():
+    from tvm import te
+
+    from ubitrain.kernels.library import KernelLibrary
+
+    x = te.placeholder((64,), name="x")
+    z = te.placeholder((64,), name="z")
+    relu6 = te.compute((64,), lambda i: te.max(te.min(x[i], 6.0), 0.0), name="y")
+    pair = te.compute((64,), lambda i: te.min(x[i], z[i]), name="y")
+    relu6_c = KernelLibrary("scalar").add(te.create_prim_func([x, relu6]), "relu6").source
+    pair_c = KernelLibrary("scalar").add(te.create_prim_func([x, z, pair]), "pair").source
+    assert "UB_FMAX_K(UB_FMIN_K(" in relu6_c and "UB_FMIN(" not in relu6_c
+    assert "UB_FMIN(" in pair_c and "_K(" not in pair_c  # z may be NaN: both tests

@@ -196,9 +196,14 @@ class _Printer:
             return self.floor_op("floormod", e)
         if t in (prim.Min, prim.Max):
             macro = "UB_MIN" if t is prim.Min else "UB_MAX"
+            a, b = e.a, e.b
             if dtype_of(e).startswith("float"):
                 macro = macro.replace("UB_", "UB_F")  # NaN-propagating, as PyTorch's
-            return f"{macro}({self.expr(e.a)}, {self.expr(e.b)})"
+                if isinstance(a, prim.FloatImm) and not isinstance(b, prim.FloatImm):
+                    a, b = b, a
+                if isinstance(b, prim.FloatImm) and b.value == b.value:
+                    macro += "_K"  # a bound that is no NaN (clip, ReLU): one compare
+            return f"{macro}({self.expr(a)}, {self.expr(b)})"
         if t is prim.Not:
             return f"(!{self.expr(e.a)})"
         if t is prim.BitwiseNot:
