@@ -52,9 +52,18 @@ def _scale_per_channel():  # a broadcast operand: its index is not the output's
     return [x, s, te.compute(x.shape, lambda n, c, h, w: x[n, c, h, w] * s[c], "scaled")]
 
 
+def _channel_sum_float64():  # BatchNorm's statistics: per channel over N, H, W, in float64
+    x = te.placeholder((3, 4, 6, 16), "float32", "x")
+    n, h, w = (te.reduce_axis((0, d), name=name) for d, name in ((3, "n"), (6, "h"), (16, "w")))
+    total = te.compute((4,), lambda c: te.sum(x[n, c, h, w].astype("float64"), axis=[n, h, w]),
+                       "total")
+    return [x, te.compute((4,), lambda c: total[c].astype("float32"), "sum")]
+
+
 CASES = {"conv": _conv, "conv_strided": lambda: _conv(stride=2, hw=9), "matmul": _matmul,
          "conv_transpose": _conv_transpose, "weight_grad": _weight_grad,
-         "depthwise": _depthwise, "relu6": _relu6, "scale_per_channel": _scale_per_channel}
+         "depthwise": _depthwise, "relu6": _relu6, "scale_per_channel": _scale_per_channel,
+         "channel_sum_float64": _channel_sum_float64}
 
 
 def _run(func, arrays):
@@ -98,3 +107,12 @@ def test_short_elementwise_nest_becomes_one_loop_without_divisions():
     assert relu6.count("for (") == 1
     assert scaled.count("for (") == 4
     assert "floordiv" not in scaled and "floormod" not in scaled and "%" not in scaled
+
+
+def test_float64_channel_sum_runs_each_plane_as_one_loop_of_partial_sums():
+    """gcc vectorises the widening float64 sums of BatchNorm only over a plane fused into one
+    loop (split in vectors of 8 partial sums), not over rows split in two loops: a block the
+    schedule fails on would stay unscheduled silently, so the loop shape is checked."""
+    func = te.create_prim_func(CASES["channel_sum_float64"]())
+    tiled = print_kernel(lower_prim_func(SCHEDULES["default"](func)), "k").source
+    assert "total_rf" in tiled and "h_w_fused" in tiled

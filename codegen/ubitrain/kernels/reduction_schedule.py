@@ -23,8 +23,9 @@ small constant stride (1 for most; 2 to MAX_READ_STRIDE for strided pooling and 
 order of each output element's reduction is unchanged, so results are bit-identical to the
 unscheduled kernel. float64 accumulators (lowering/reductions.py: BatchNorm statistics,
 bias gradients) whose innermost reduction is unit-stride and long get partial sums across it
-(`_factor_dot_product`): a different order of float64 additions, which vectorizes; the others
-only get their init moved. Any block that does not fit is left as it was.
+(`_factor_dot_product`; over whole planes, their rows fused into one loop, where the reads
+allow): a different order of float64 additions, which vectorizes; the others only get their
+init moved. Any block that does not fit is left as it was.
 """
 
 from __future__ import annotations
@@ -206,10 +207,17 @@ def _factor_dot_product(sch, block_rv, block, ivs, loops, reduce_pos) -> bool:
         if any(_uses(x.min, r.var) for x in read.region) and \
                 not _unit_stride_last(read.region, r.var):
             return False
+    loop = loops[reduce_pos[-1]]
+    if str(block.writes[0].source.dtype) != "float32" and _whole_rows(block, ivs, reduce_pos):
+        # float64 partials of float32 rows: gcc vectorises the widening adds over a plane
+        # split in vectors, not over each row split in two loops. Same lanes (w % 8) and
+        # order: bit-identical.
+        loop = sch.fuse(loops[reduce_pos[-2]], loop)
+        ext *= int(ivs[reduce_pos[-2]].dom.extent)
     if ext % VECTOR_ELEMENTS == 0 and ext > VECTOR_ELEMENTS:
-        _, inner = sch.split(loops[reduce_pos[-1]], [None, VECTOR_ELEMENTS])
+        _, inner = sch.split(loop, [None, VECTOR_ELEMENTS])
     elif ext <= MAX_VECTOR_EXTENT:
-        inner = loops[reduce_pos[-1]]
+        inner = loop
     else:
         return False
     spatial_pos = [i for i, iv in enumerate(ivs) if int(iv.iter_type) == 0]
@@ -225,4 +233,24 @@ def _factor_dot_product(sch, block_rv, block, ivs, loops, reduce_pos) -> bool:
     _order(sch, rf, outer, u, (rf_loops[-1], v_ext), list(rf_loops[spatial:-1]))
     final_loops = sch.get_loops(block_rv)
     sch.decompose_reduction(block_rv, final_loops[spatial])
+    return True
+
+
+def _whole_rows(block, ivs, reduce_pos) -> bool:
+    """The last two reductions run over whole rows of every read they index (x[.., h, w]
+    with the row's full width): the plane they cover is contiguous, one loop can run it."""
+    if len(reduce_pos) < 2:
+        return False
+    h, w = ivs[reduce_pos[-2]], ivs[reduce_pos[-1]]
+    if w.dom.extent.value % VECTOR_ELEMENTS:
+        return False
+    for read in block.reads:
+        region = read.region
+        if not any(_uses(r.min, h.var) or _uses(r.min, w.var) for r in region):
+            continue
+        if len(region) < 2 or not region[-2].min.same_as(h.var) or \
+                not region[-1].min.same_as(w.var) or \
+                int(read.source.shape[-1]) != int(w.dom.extent) or \
+                any(_uses(r.min, h.var) or _uses(r.min, w.var) for r in region[:-2]):
+            return False
     return True

@@ -3,8 +3,8 @@
 Channels are axis 1; every other axis (batch, then height and width for NCHW) is reduced.
 Statistics and the backward's two sums accumulate in `acc` (float64 where the target has
 a double-precision FPU, lowering/reductions.py); the variance takes two passes (mean,
-then squared deviations), so a channel whose mean is large against its spread keeps its
-variance. Elementwise work stays in the tensor's dtype, with the saved float32 mean and
+then squared deviations around it), so a channel whose mean is large against its spread
+keeps its variance. Elementwise work stays in the tensor's dtype, with the saved float32 mean and
 rstd, as PyTorch's CPU kernels do.
 """
 
@@ -31,15 +31,17 @@ def batch_norm_train(x, w, b, running_mean, running_var, momentum: float, eps: f
     count = math.prod(shape) // shape[1]
     n = tirx.const(count, acc)
     total = _channel_sum(shape, lambda i: x(*i).astype(acc), acc, "bn_sum")
-    mean = te.compute(total.shape, lambda c: total[c] / n, name="bn_mean")
+    save_mean = te.compute(total.shape, lambda c: (total[c] / n).astype(dtype),
+                           name="bn_save_mean")
 
     def squared_deviation(i):
-        dev = x(*i).astype(acc) - mean[i[1]]
+        # around the saved float32 mean that normalises x: an output (a restrict parameter
+        # in C, unlike a scratch buffer), so gcc vectorises this sum
+        dev = x(*i).astype(acc) - save_mean[i[1]].astype(acc)
         return dev * dev
 
     sqdev = _channel_sum(shape, squared_deviation, acc, "bn_sqdev")
     var = te.compute(total.shape, lambda c: sqdev[c] / n, name="bn_var")
-    save_mean = te.compute(total.shape, lambda c: mean[c].astype(dtype), name="bn_save_mean")
     save_rstd = te.compute(total.shape, lambda c: (tirx.const(1, acc) / tirx.sqrt(
         var[c] + tirx.const(eps, acc))).astype(dtype), name="bn_save_rstd")
 
