@@ -8,6 +8,15 @@
 #include "ub_math.h"
 #include "ub_status.h"
 
+/* A kernel of the step. Not inlined into the step function: there its `restrict` parameters
+ * would become pointers into the one arena, and gcc then vectorises less and allocates
+ * registers over one huge function (mobilenetv2_small at batch 32: 13.4 ms inlined, 7.5 ms
+ * not, on x86-64). */
+#if defined(__GNUC__)
+#define UB_KERNEL static __attribute__((noinline))
+#else
+#define UB_KERNEL static
+#endif
 #define UB_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define UB_MAX(a, b) ((a) > (b) ? (a) : (b))
 /* Float min/max that propagate NaN like PyTorch's relu, clamp and max-pool do. `|`, not

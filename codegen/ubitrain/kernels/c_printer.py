@@ -390,7 +390,7 @@ def print_kernel(func: tirx.PrimFunc, name: str, in_place: bool = False) -> CKer
         const = "" if i in written else "const "
         qualifier = " *" if in_place else " *restrict "
         args.append(f"{const}{c_type(dtype)}{qualifier}{cname}")
-    header = f"static int32_t {name}({', '.join(args)})"
+    header = f"UB_KERNEL int32_t {name}({', '.join(args)})"
     unused = "    (void)ub_scratch;\n" if not p.scratch else ""
     source = header + " {\n" + unused + "\n".join(p.lines) + "\n    return UB_OK;\n}\n"
     scratch = sum(_aligned_bytes(d, n) for _, d, n in p.scratch)
