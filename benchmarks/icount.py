@@ -19,7 +19,8 @@ pipe. So the log has exactly one line per retired instruction (Hexagon: per pack
 - Per training step: the model's own driver program (driver.c) runs `init` and then one, or
   two, training steps on the same batch; the step's count is the difference of the two runs'
   line counts (it includes reading one batch from the driver's input).
-Scalar builds are the same compile with micro-kernels switched off.
+The step's baseline is the same compile with micro-kernels switched off (plain C, built as
+the project builds it).
 
 Two scalar baselines per kernel, because the scalar variant is compiled as the project compiles
 it (-O3 on AArch64), and GCC's vectoriser then turns the plain-C kernel into NEON code itself:
@@ -225,10 +226,10 @@ def main(argv=None) -> int:
             for model in args.models:
                 s = step_count(model, target, args.batch, Path(tmp), scalar=True)
                 m = step_count(model, target, args.batch, Path(tmp), scalar=False)
-                steps.append(dict(model=model, scalar_instructions=s, micro_instructions=m,
+                steps.append(dict(model=model, plain_c_instructions=s, micro_instructions=m,
                                   ratio=round(s / m, 2)))
-                print(f"training step {model:<12} scalar {s:>12,}  {target.isa} {m:>12,}  "
-                      f"{s / m:.2f}x")
+                print(f"training step {model:<12} plain C (as built) {s:>12,}  {target.isa} "
+                      f"{m:>12,}  {s / m:.2f}x")
             results["targets"][name] = {"isa": target.isa, "kernels": rows, "steps": steps}
             sys.stdout.flush()
     write_json(args.out, results)
