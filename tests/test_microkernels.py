@@ -41,7 +41,8 @@ CONV_CASES = [
     ((1, 2, 12, 10), (9, 2, 5, 5), (1, 1), (0, 0), (1, 1)),
     ((2, 3, 11, 11), (4, 3, 3, 3), (1, 1), (2, 2), (1, 1)),  # (Relax has no gradient of
     # a dilated conv: its conv2d_transpose refuses the output padding it asks for)
-    ((2, 2, 8, 8), (3, 2, 3, 3), (2, 2), (1, 1), (1, 1)),
+    ((2, 2, 8, 8), (3, 2, 3, 3), (2, 2), (1, 1), (1, 1)),  # dW without bottom/right padding
+    ((2, 2, 8, 8), (3, 2, 3, 3), (2, 2), (0, 0), (1, 1)),  # dW of the input less a row, column
     ((2, 8, 6, 6), (12, 8, 1, 1), (1, 1), (0, 0), (1, 1)),
     ((1, 1, 30, 30), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1)),  # several packed row blocks
     ((2, 3, 7, 19), (1, 3, 3, 3), (1, 1), (1, 1), (1, 1)),  # one output channel: direct runs
@@ -56,7 +57,8 @@ MAX_POOL_CASES = [((2, 3, 6, 6), (2, 2), (2, 2), (0, 0), (1, 1), False),
                   ((1, 2, 6, 6), (2, 2), (1, 1), (1, 1), (2, 2), False),
                   ((1, 2, 5, 5), (2, 2), (2, 2), (0, 0), (1, 1), True)]
 # strided depthwise (direct loops): (x shape, w shape, stride, padding); the weight
-# gradient of (2, 4, 9, 9) stride 2 pad 1 is a 4x4 conv output sliced to 3x3 by Relax
+# gradient of (1, 3, 8, 8) stride 2 pad 1 leaves out the bottom and right padding (whole, it
+# would give 4x4 taps), that of (2, 2, 7, 10) its right padding
 STRIDED_DEPTHWISE_CASES = [((2, 4, 9, 9), (4, 1, 3, 3), (2, 2), (1, 1)),
                            ((1, 3, 8, 8), (3, 1, 3, 3), (2, 2), (1, 1)),
                            ((2, 2, 7, 10), (2, 1, 3, 2), (2, 3), (0, 1))]

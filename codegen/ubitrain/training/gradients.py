@@ -141,21 +141,26 @@ def conv2d_grad(orig_var, orig_call, output_grad, ctx):
         groups=groups, data_layout="NCHW", kernel_layout="IOHW", out_layout="NCHW",
         out_dtype=attrs.out_dtype)
 
+    # Correlating the whole padded input would also give dW rows and columns for windows that
+    # start past the last kernel tap (a stride-2 3x3 conv over an even size: 4x4). Those rows
+    # come off the bottom/right padding, or off the input where the padding is thinner.
+    full_h = (in_h + pad_top + pad_bottom - (grad_h - 1) * stride_h - 1) // dil_h + 1
+    full_w = (in_w + pad_left + pad_right - (grad_w - 1) * stride_w - 1) // dil_w + 1
+    extra_h, extra_w = (full_h - kh) * dil_h, (full_w - kw) * dil_w
+    unpad_h, unpad_w = min(extra_h, pad_bottom), min(extra_w, pad_right)
+    if extra_h > unpad_h or extra_w > unpad_w:
+        in_h, in_w = in_h - (extra_h - unpad_h), in_w - (extra_w - unpad_w)
+        data = R.strided_slice(data, axes=[2, 3], begin=[0, 0], end=[in_h, in_w])
+    padding = [pad_top, pad_left, pad_bottom - unpad_h, pad_right - unpad_w]
     if groups != 1:
         data = R.reshape(data, (batch, groups, in_channels // groups, in_h, in_w))
         data = R.permute_dims(data, [1, 0, 2, 3, 4])
         data = R.reshape(data, (groups * batch, in_channels // groups, in_h, in_w))
     # [groups * batch, C/g, H, W] read as CNHW: channel = (group, sample), batch = C/g.
     weight_grad = R.nn.conv2d(
-        data, output_grad, strides=(dil_h, dil_w), padding=_ints(attrs.padding),
+        data, output_grad, strides=(dil_h, dil_w), padding=padding,
         dilation=(stride_h, stride_w), groups=groups, data_layout="CNHW",
         kernel_layout="IOHW", out_layout="CNHW", out_dtype=attrs.out_dtype)
-    # Windows that start past the last kernel tap give extra rows and columns: drop them.
-    full_h = (in_h + pad_top + pad_bottom - (grad_h - 1) * stride_h - 1) // dil_h + 1
-    full_w = (in_w + pad_left + pad_right - (grad_w - 1) * stride_w - 1) // dil_w + 1
-    if full_h > kh or full_w > kw:
-        weight_grad = R.strided_slice(weight_grad, axes=[0, 1, 2, 3], begin=[0, 0, 0, 0],
-                                      end=[out_channels, in_channels // groups, kh, kw])
     return [data_grad, weight_grad]
 
 
