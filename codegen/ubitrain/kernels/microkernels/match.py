@@ -16,6 +16,11 @@ def _floats(info) -> bool:
     return all(d == "float32" for d in info["dtypes"])
 
 
+# The data gradient of a stride-1 conv goes the col2im way (a GEMM of H * W columns and a
+# scatter-add) once the direct way's windows over the zero-framed dy outnumber dy's pixels by
+# this much; the scatter-add costs about one tap in O (the output channels) of the GEMM.
+ZERO_FRAME_LIMIT = 1.5
+
 # Output columns whose sums a single-row direct conv (depthwise, or one channel of A) keeps in
 # registers over all taps: four NEON / SSE vectors, 16 of the 32 single registers of a
 # Cortex-M FPU.
@@ -175,7 +180,10 @@ def match_conv2d_transpose(info: dict, out_shape: list[int]):
     top, left = (KH - 1) * dh - pt, (KW - 1) * dw - pl
     Hp, Wp = H_out + (KH - 1) * dh, W_out + (KW - 1) * dw
     fits = top + H <= Hp and left + W <= Wp
-    if (sh, sw) != (1, 1) and not pointwise:
+    # The direct correlation multiplies every tap of the zero frame too: H_out * W_out windows
+    # where the GEMM into columns takes H * W (a 5x5 valid conv of 14x14: 196 against 100).
+    frame_heavy = H_out * W_out > ZERO_FRAME_LIMIT * H * W
+    if ((sh, sw) != (1, 1) or frame_heavy) and not pointwise:
         return "conv2d", _col2im(p)
     _variant(p, (sh, sw) == (1, 1) and fits, Hp, Wp, top, left)
     p["doc"] = (f"conv2d bwd_data ({p['variant']}, a conv2d_transpose): stride {sh}x{sw}, "
