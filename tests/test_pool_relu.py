@@ -2,7 +2,8 @@
 (program/pool_relu.py): bit-identical to the two separate kernels, like PyTorch, and the
 ReLU output's buffer is reused (the arena shrinks). Images of 9x9 and 5x5 leave a row and a
 column that no 2x2 window covers, whose gradient must be zero; one channel's windows are all
-zero (ties, no gradient through the ReLU); an overlapping 3x3 / 2 pool is not fused."""
+zero (ties, no gradient through the ReLU); an overlapping 3x3 / 2 pool is not fused. The
+fused kernel also runs out of place (where x outlives it), a loop of its own."""
 
 import numpy as np
 import torch
@@ -10,6 +11,7 @@ from torch import nn
 
 import ubitrain as ub
 import ubitrain.program.build as program_build
+import ubitrain.program.pool_relu as pool_relu
 
 STEPS = 3
 
@@ -72,6 +74,16 @@ def test_fused_pool_relu_gradient_is_bit_identical_in_place_and_like_pytorch(tmp
         opt.step()
     for name, value in m.state_dict().items():
         torch.testing.assert_close(torch.from_numpy(params[name]), value, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_pool_relu_gradient_out_of_place_is_bit_identical(tmp_path, monkeypatch):
+    monkeypatch.setattr(pool_relu, "SHAREABLE_KINDS", frozenset())  # dz gets its own buffer
+    calls, _, params = train(nn.MaxPool2d(2), True, tmp_path / "fused", monkeypatch)
+    fused = [c for c in calls if "max_pool2d_backward_relu" in c.kernel]
+    assert len(fused) == 2 and all(c.args[2].root is not c.args[1].root for c in fused)
+    _, _, apart = train(nn.MaxPool2d(2), False, tmp_path / "apart", monkeypatch)
+    for name, value in params.items():
+        assert np.array_equal(value, apart[name]), name
 
 
 def test_overlapping_windows_are_not_fused(tmp_path, monkeypatch):
