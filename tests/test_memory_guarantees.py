@@ -162,7 +162,8 @@ def test_in_place_sharing_keeps_training_bit_identical(tmp_path, monkeypatch):
     assert pkg.memory_plan.in_place_bytes["train_step"] > 0
     assert any(b.shared_by for b in pkg.memory_plan.buffers)
     source = (pkg.out_dir / "model.c").read_text()
-    signature = re.search(r"UB_KERNEL int32_t ub_f32_\w*where\w*_inplace__scalar\(([^)]*)\)", source)
+    signature = re.search(r"UB_KERNEL int32_t ub_f32_\w*where\w*_inplace__scalar\(([^)]*)\)",
+                          source)
     assert signature and "restrict" not in signature.group(1).replace("*restrict ub_scratch", "")
     check_emitted_plan(pkg)
 
