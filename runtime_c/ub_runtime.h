@@ -4,7 +4,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "ub_math.h"
 #include "ub_status.h"
@@ -32,16 +31,6 @@
 #define UB_FMAX_K(x, k) (((k) > (x)) ? (k) : (x))
 /* TIR's Select: both values evaluated (they are arguments), then one chosen. */
 static inline float ub_select_f32(int c, float a, float b) { return c ? a : b; }
-/* v where keep is 1, +0.0f where it is 0, by masking v's bits: a select that GCC's jump
- * threading cannot turn back into branches (which stop the vectoriser) when several stores
- * of one loop test related conditions. */
-static inline float ub_keep_f32(int32_t keep, float v) {
-    uint32_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    bits &= 0u - (uint32_t)keep;
-    memcpy(&v, &bits, sizeof v);
-    return v;
-}
 #define UB_TRY(call)                  \
     do {                              \
         int32_t ub_status_ = (call);  \

@@ -125,7 +125,7 @@ def conv2d_grad(orig_var, orig_call, output_grad, ctx):
     if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
         raise ValueError("ubitrain's conv2d gradient needs NCHW data and OIHW weights")
     data, weight = orig_call.args
-    batch, out_channels, grad_h, grad_w = _ints(orig_var.ty.shape)
+    batch, _, grad_h, grad_w = _ints(orig_var.ty.shape)
     _, in_channels, in_h, in_w = _ints(data.ty.shape)
     _, _, kh, kw = _ints(weight.ty.shape)
     pad_top, pad_left, pad_bottom, pad_right = _ints(attrs.padding)
