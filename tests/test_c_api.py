@@ -5,7 +5,9 @@ uninitialised context, out-of-range labels, a non-finite loss (nothing updated),
 indices and sizes; and a normal step returns UB_OK with a finite loss.
 """
 
+import gc
 import subprocess
+import weakref
 
 import torch
 from torch import nn
@@ -128,3 +130,17 @@ def test_bound_step_trains_as_step_and_pytorch(tmp_path):
         torch.testing.assert_close(torch.from_numpy(value), torch.from_numpy(expected[name]),
                                    rtol=1e-5, atol=1e-6)
     assert bound.steps == 3
+
+
+def test_bound_step_keeps_its_trainer_alive(tmp_path):
+    """A bound step outliving every other reference to its trainer still owns the arena
+    and library its bare pointers refer to (they were freed under it once: heap corruption)."""
+    model = nn.Sequential(nn.Linear(6, 3))
+    x, y = torch.randn(4, 6), torch.tensor([0, 1, 2, 1])
+    trainer = ub.compile(model, (x,), y, out_dir=tmp_path / "m").build()
+    alive = weakref.ref(trainer)
+    step = trainer.bound_step(x.numpy(), y.numpy())
+    del trainer
+    gc.collect()
+    assert alive() is not None
+    assert step() == 0 and alive().steps == 1

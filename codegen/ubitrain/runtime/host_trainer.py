@@ -107,7 +107,9 @@ class HostTrainer(TrainerBase):
         xs, y = self._batch(batch)
         loss = np.zeros((), np.float32)
         step = functools.partial(self._step, *self._step_args(xs, y, loss))
-        step.arrays = (xs, y, loss)  # the arguments are bare addresses: keep what they point to
+        # The arguments are bare addresses: keep alive what they point to, the trainer's
+        # arena and library included, for as long as the step may be called.
+        step.keep_alive = (self, xs, y, loss)
         return step
 
     def _predict(self, xs):
