@@ -33,7 +33,7 @@ GEMM_CORES = {
     # a vector of four is four of its 32 single registers
     "cmsis_dsp": GemmCore("cmsis_dsp/gemm.c.j2", 4, 4, "math.h"),
     # x86-64 hosts: AVX2 + FMA behind a run-time CPU check, plain C otherwise (XNNPACK's token)
-    "avx2": GemmCore("x86/gemm.c.j2", 6, 16, "immintrin.h", nt_tile="4x3", run_sums=8),
+    "avx2": GemmCore("x86/gemm.c.j2", 6, 16, "immintrin.h", nt_tile="3x3", run_sums=8),
 }
 
 # family -> (template, op token of the kernel name per mode)
