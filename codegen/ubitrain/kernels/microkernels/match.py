@@ -43,11 +43,12 @@ def _fills_lanes(cols: int) -> bool:
 
 def _variant(p: dict, stride_one: bool, Hp: int, Wp: int, top: int, left: int) -> dict:
     """Direct when the stride is 1, the padded image is small enough and one output row fills
-    the vector lanes (else a block of packed rows fills them better: LeNet-5's second conv,
-    10 columns, is 7% of the step faster packed); else packed. The scratch layout of either
+    the vector lanes (else a block of packed rows fills them better: LeNet-5's second conv
+    forward, 10 columns, is 7% of the step faster packed); else packed. The scratch layout of either
     (the bwd_data flipped weights last)."""
     K, pre = p["K"], 0
-    thin = p["O"] > 1 and not _fills_lanes(p["packed_cols"])  # one channel: direct runs
+    # (one channel: direct runs; the weight gradient's NT GEMM sums along the rows anyway)
+    thin = p["O"] > 1 and p["mode"] != "bwd_weight" and not _fills_lanes(p["packed_cols"])
     if p["pointwise"]:
         p["variant"] = "pointwise"
     elif stride_one and not thin and p["C"] * Hp * Wp * 4 <= DIRECT_BYTES and top >= 0 \
