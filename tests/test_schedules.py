@@ -60,7 +60,13 @@ def _channel_sum_float64():  # BatchNorm's statistics: per channel over N, H, W,
     return [x, te.compute((4,), lambda c: total[c].astype("float32"), "sum")]
 
 
+def _max_pool_narrow():  # LeNet-5's second max-pool: output rows of 5, read with stride 2
+    x = te.placeholder((2, 4, 10, 10), "float32", "x")
+    return [x, topi.nn.pool2d(x, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), "max")]
+
+
 CASES = {"conv": _conv, "conv_strided": lambda: _conv(stride=2, hw=9), "matmul": _matmul,
+         "max_pool_narrow": _max_pool_narrow,
          "conv_transpose": _conv_transpose, "weight_grad": _weight_grad,
          "depthwise": _depthwise, "relu6": _relu6, "scale_per_channel": _scale_per_channel,
          "channel_sum_float64": _channel_sum_float64}
@@ -116,3 +122,14 @@ def test_float64_channel_sum_runs_each_plane_as_one_loop_of_partial_sums():
     func = te.create_prim_func(CASES["channel_sum_float64"]())
     tiled = print_kernel(lower_prim_func(SCHEDULES["default"](func)), "k").source
     assert "total_rf" in tiled and "h_w_fused" in tiled
+
+
+def test_narrow_max_pool_runs_its_output_row_innermost():
+    """Rows of 5 outputs are still the vector axis (four lanes and a tail): innermost, not a
+    scalar loop over the 2x2 window whose compares branch on the data."""
+    func = te.create_prim_func(CASES["max_pool_narrow"]())
+    tiled = print_kernel(lower_prim_func(SCHEDULES["default"](func)), "k").source
+    plain = print_kernel(lower_prim_func(SCHEDULES["inline_only"](func)), "k").source
+    innermost = [line for line in tiled.splitlines() if "for (" in line][-1]
+    assert "< 5;" in innermost
+    assert "< 5;" not in [line for line in plain.splitlines() if "for (" in line][-1]

@@ -34,6 +34,10 @@ from tvm import ir, s_tir
 from tvm.ir import prim
 
 VECTOR_ELEMENTS = 8  # split the vector axis into chunks of this many when it is long
+# A shorter output row is still the vector axis: four lanes (SSE, NEON) and a scalar tail beat
+# a scalar loop over the reduction (LeNet-5's second max-pool: rows of 5, where the scalar
+# loop's compares branch on random activations; 5% of its b32 step).
+MIN_VECTOR_EXTENT = 4
 MAX_VECTOR_EXTENT = 64  # longer vector axes are split
 REGISTER_FACTORS = (4, 3, 2)  # the unrolled register axis: the first factor that divides
 # A read may step by this much along the vector axis (strided pooling and convolution):
@@ -151,7 +155,7 @@ def _vector_axis(block, ivs, spatial_pos):
     """The last spatial iterator if it is unit-stride in the output's last dimension and in
     every read that uses it (else None)."""
     v = ivs[spatial_pos[-1]].var
-    if int(ivs[spatial_pos[-1]].dom.extent) < VECTOR_ELEMENTS:
+    if int(ivs[spatial_pos[-1]].dom.extent) < MIN_VECTOR_EXTENT:
         return None
     write = block.writes[0]
     if not _unit_stride_last(write.region, v):
