@@ -48,6 +48,8 @@ CONV_CASES = [
     ((2, 3, 7, 19), (1, 3, 3, 3), (1, 1), (1, 1), (1, 1)),  # one output channel: direct runs
     # the data gradient into one channel of narrow rows: several rows to a run (and the rest)
     ((2, 1, 6, 5), (3, 1, 3, 3), (1, 1), (1, 1), (1, 1)),
+    # rows of 10 fill 10 of 16 lanes: the forward packs blocks of rows even at stride 1
+    ((16, 3, 12, 12), (8, 3, 3, 3), (1, 1), (0, 0), (1, 1)),
 ]
 MATMUL_CASES = [(6, 13, 19), (1, 7, 3), (9, 33, 8), (4, 400, 120)]
 # max_pool2d gradient: (x shape, kernel, stride, padding, dilation, ceil mode)

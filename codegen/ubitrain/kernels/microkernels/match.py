@@ -43,12 +43,18 @@ def _fills_lanes(cols: int) -> bool:
 
 def _variant(p: dict, stride_one: bool, Hp: int, Wp: int, top: int, left: int) -> dict:
     """Direct when the stride is 1, the padded image is small enough and one output row fills
-    the vector lanes (else a block of packed rows fills them better: LeNet-5's second conv
-    forward, 10 columns, is 7% of the step faster packed); else packed. The scratch layout of either
+    the vector lanes; else packed, where a block of rows fills them (LeNet-5's second conv
+    forward, rows of 10, is 7% of its b32 step faster packed). The scratch layout of either
     (the bwd_data flipped weights last)."""
     K, pre = p["K"], 0
-    # (one channel: direct runs; the weight gradient's NT GEMM sums along the rows anyway)
-    thin = p["O"] > 1 and p["mode"] != "bwd_weight" and not _fills_lanes(p["packed_cols"])
+    packed_bytes = _align(4 * p["rows"] * p["packed_cols"] * K)
+    out_bytes = 4 * p["N"] * p["O"] * p["packed_cols"] * p.get("OH", p.get("H_out"))
+    # Thin rows go packed only where the packed block is small next to the output, so that
+    # it hardly ever sets the arena's peak (digits_cnn at batch 1: 47,888 B, 50,912 packed).
+    # One output channel keeps its direct runs; the weight gradient's NT GEMM sums along the
+    # rows anyway.
+    thin = p["O"] > 1 and p["mode"] != "bwd_weight" and not _fills_lanes(p["packed_cols"]) \
+        and 4 * packed_bytes <= out_bytes
     if p["pointwise"]:
         p["variant"] = "pointwise"
     elif stride_one and not thin and p["C"] * Hp * Wp * 4 <= DIRECT_BYTES and top >= 0 \
@@ -58,7 +64,7 @@ def _variant(p: dict, stride_one: bool, Hp: int, Wp: int, top: int, left: int) -
         pre = _align(4 * K) + _align(4 * p["C"] * Hp * Wp)
     else:
         p["variant"] = "packed"
-        pre = _align(4 * p["rows"] * p["packed_cols"] * K)
+        pre = packed_bytes
     p["wt_offset"] = pre
     p["scratch_bytes"] = pre + (_align(4 * p["O"] * K) if p["mode"] == "bwd_data" else 0)
     return p
