@@ -11,9 +11,9 @@
 #include <string.h>
 
 /* c ? a : b on the bits of two values computed already: with C's ?: on floats GCC keeps a
- * branch (under -ftrapping-math, its default, it may not compute both sides), and a loop with
- * a branch does not vectorize. ub_select_f32 (ub_runtime.h) keeps ?: because it chooses
- * between loaded values, which GCC may load on both sides. */
+ * branch (under -ftrapping-math, its default, it may not compute both sides; or where the
+ * in-place kernels' pointers may alias), and a loop with a branch does not vectorize. The C
+ * printer writes TIR's Select with it. */
 static inline float ub_pick_f32(int c, float a, float b) {
     uint32_t ua, ub;
     memcpy(&ua, &a, sizeof ua);

@@ -29,8 +29,6 @@
  * which compares equal and gives the same sums downstream). */
 #define UB_FMIN_K(x, k) (((k) < (x)) ? (k) : (x))
 #define UB_FMAX_K(x, k) (((k) > (x)) ? (k) : (x))
-/* TIR's Select: both values evaluated (they are arguments), then one chosen. */
-static inline float ub_select_f32(int c, float a, float b) { return c ? a : b; }
 #define UB_TRY(call)                  \
     do {                              \
         int32_t ub_status_ = (call);  \
