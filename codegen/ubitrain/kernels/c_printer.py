@@ -370,13 +370,17 @@ def _aligned_bytes(dtype: str, elements: int) -> int:
     return (nbytes + 15) // 16 * 16
 
 
-def print_kernel(func: tirx.PrimFunc, name: str, in_place: bool = False) -> CKernel:
+def print_kernel(func: tirx.PrimFunc, name: str,
+                 aliases: dict[int, int] | None = None) -> CKernel:
     """Print `func` (already lowered) as a C function called `name`.
 
-    An `in_place` kernel is called with outputs aliasing inputs (element by element): its
-    pointers are not `restrict`, and each element's values are all computed before any is
-    stored."""
-    p = _Printer(func, name, in_place)
+    With `aliases` ({input index: output index}), the kernel is called with each such
+    output at the address of its input (element by element, in place): the input is read
+    through the output's pointer, so every pointer stays `restrict` and the compiler, which
+    sees one base, still vectorises; and each element's values are all computed before any
+    is stored."""
+    aliases = aliases or {}
+    p = _Printer(func, name, in_place=bool(aliases))
     params = []
     for buffer in func.params:
         if not isinstance(buffer.ty, tirx.BufferType):
@@ -385,15 +389,18 @@ def print_kernel(func: tirx.PrimFunc, name: str, in_place: bool = False) -> CKer
         p.buffer_names[buffer] = cname
         elements = int(np.prod([int(x) for x in buffer.shape]))
         params.append((cname, str(buffer.dtype), elements, cname))
+    for k, o in aliases.items():
+        p.buffer_names[func.params[k]] = params[o][0]
     p.stmt(func.body)
     written = {i for i, (_, _, _, cname) in enumerate(params) if cname in p.written_vars}
     args = ["uint8_t *restrict ub_scratch"]
     for i, (cname, dtype, _, _) in enumerate(params):
         const = "" if i in written else "const "
-        qualifier = " *" if in_place else " *restrict "
-        args.append(f"{const}{c_type(dtype)}{qualifier}{cname}")
+        args.append(f"{const}{c_type(dtype)} *restrict {cname}")
     header = f"UB_KERNEL int32_t {name}({', '.join(args)})"
     unused = "    (void)ub_scratch;\n" if not p.scratch else ""
+    unused += "".join(f"    (void){params[k][0]};  /* read through {params[o][0]} */\n"
+                      for k, o in sorted(aliases.items()))
     source = header + " {\n" + unused + "\n".join(p.lines) + "\n    return UB_OK;\n}\n"
     scratch = sum(_aligned_bytes(d, n) for _, d, n in p.scratch)
     return CKernel(

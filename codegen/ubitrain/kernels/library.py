@@ -28,18 +28,20 @@ class KernelLibrary:
         self.support: dict[str, str] = {}  # code shared by micro-kernels, by name
         self._by_hash: dict[int, list[tuple[tirx.PrimFunc, CKernel]]] = {}
         self.lowered: dict[str, tirx.PrimFunc] = {}  # kernel name -> the TIR it was printed from
+        self._variants: dict[tuple, str] = {}  # (kernel, aliases) -> its in-place variant
 
-    def add(self, func: tirx.PrimFunc, op_name: str, in_place: bool = False) -> CKernel:
+    def add(self, func: tirx.PrimFunc, op_name: str,
+            aliases: dict[int, int] | None = None) -> CKernel:
         """Print `func` unless a structurally equal kernel is already in the library.
 
-        `in_place` kernels are called with outputs aliasing inputs (see `print_kernel`)."""
-        key = tvm_ffi.structural_hash(func)
+        A kernel with `aliases` is called with outputs over inputs (see `print_kernel`)."""
+        key = (tvm_ffi.structural_hash(func), frozenset((aliases or {}).items()))
         for known, kernel in self._by_hash.get(key, []):
             if tvm_ffi.structural_equal(known, func):
                 return kernel
         out_dtype = str(func.params[-1].dtype) if func.params else "float32"
         dtype = DTYPE_TOKENS.get(out_dtype, out_dtype)
-        planned = None if in_place else microkernels.plan(func, self.isa)
+        planned = None if aliases else microkernels.plan(func, self.isa)
         if planned is not None:
             kernel = self._add_microkernel(func, dtype, *planned)
             self._by_hash.setdefault(key, []).append((func, kernel))
@@ -52,7 +54,7 @@ class KernelLibrary:
             lowered = lower_prim_func(schedule(func))
         except Exception as err:
             raise CompileError(f"lowering kernel {op_name} failed: {err}") from err
-        kernel = print_kernel(lowered, name, in_place=in_place)
+        kernel = print_kernel(lowered, name, aliases)
         self.kernels[name] = kernel
         self.lowered[name] = lowered
         self._by_hash.setdefault(key, []).append((func, kernel))
@@ -78,15 +80,20 @@ class KernelLibrary:
         self.kernels[name] = kernel
         return kernel
 
-    def in_place_variant(self, name: str) -> CKernel:
-        """Kernel `name` printed again for calls whose output aliases an input (no restrict,
-        values computed before stores): `ub_<dtype>_<op>_inplace__<isa>`."""
-        base, _, isa = name.rpartition("__")
-        variant = name if base.endswith("_inplace") else f"{base}_inplace__{isa}"
-        if variant not in self.kernels:
-            self.kernels[variant] = print_kernel(self.lowered[name], variant, in_place=True)
+    def in_place_variant(self, name: str, aliases: dict[int, int]) -> CKernel:
+        """Kernel `name` printed again for calls whose outputs overwrite inputs, as
+        `aliases` ({input index: output index}) says: `ub_<dtype>_<op>_inplace<i>__<isa>`,
+        one per kernel and set of aliases."""
+        key = (name, frozenset(aliases.items()))
+        if key not in self._variants:
+            base, _, isa = name.rpartition("__")
+            variant, i = f"{base}_inplace__{isa}", 1
+            while variant in self.kernels:
+                variant, i = f"{base}_inplace{i}__{isa}", i + 1
+            self.kernels[variant] = print_kernel(self.lowered[name], variant, aliases)
             self.lowered[variant] = self.lowered[name]
-        return self.kernels[variant]
+            self._variants[key] = self._variants[(variant, key[1])] = variant
+        return self.kernels[self._variants[key]]
 
     def prim_func(self, name: str) -> tirx.PrimFunc | None:
         """The PrimFunc kernel `name` was made from (None for an in-place variant)."""

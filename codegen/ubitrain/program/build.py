@@ -239,7 +239,8 @@ def _optimizer_calls(tm, optimizer, library, state, parts, opt_state, grads):
         param, states = parts.get(name) or state[name], opt_state[name]
         func = _update_prim_func(optimizer, param.shape, len(states), coef)
         # In place: the new parameter and state overwrite the old, element by element.
-        kernel = library.add(func, f"{type(optimizer).__name__.lower()}_update", in_place=True)
+        kernel = library.add(func, f"{type(optimizer).__name__.lower()}_update",
+                             _update_aliases(len(states)))
         args = [param, grad] + states + [coef, param] + states
         updates.append(Call(kernel.name, args, sorted(kernel.written), attrs={"param": name}))
     return coef_call, updates
@@ -258,7 +259,14 @@ def _place_early(calls: list[Call], updates: list[Call]) -> list[Call]:
 def _block_update_kernel(optimizer, library, elements: int, n_states: int, coef):
     """The update kernel over `elements` consecutive elements (a block of weight rows)."""
     func = _update_prim_func(optimizer, (elements,), n_states, coef)
-    return library.add(func, f"{type(optimizer).__name__.lower()}_update", in_place=True)
+    return library.add(func, f"{type(optimizer).__name__.lower()}_update",
+                       _update_aliases(n_states))
+
+
+def _update_aliases(n_states: int) -> dict[int, int]:
+    """Arguments [param, grad] + states + [coef, param] + states: the new parameter and
+    states are written over the old."""
+    return {0: 3 + n_states} | {2 + j: 4 + n_states + j for j in range(n_states)}
 
 
 def _update_prim_func(optimizer, shape, n_states: int, coef):

@@ -17,9 +17,11 @@ disqualifies the pair.
 
 An accepted call makes `out` a view of `a` (it shares `a`'s storage, so `a`'s lifetime
 extends to `out`'s last use, and later calls may chain further in-place writes), and the call
-switches to a variant of the same kernel printed without `restrict` (the mechanism the
-optimizer update uses). ReLU and its backward mask, residual adds, `where` and `multiply` in
-the backward, and BatchNorm's elementwise steps qualify; convolutions and reductions do not.
+switches to a variant of the same kernel that reads `a` through `out`'s pointer (the
+mechanism the optimizer update uses): one base pointer, so C's vectoriser sees element-wise
+dependences only, where two unrelated pointers that may overlap would keep the loop scalar.
+ReLU and its backward mask, residual adds, `where` and `multiply` in the backward, and
+BatchNorm's elementwise steps qualify; convolutions and reductions do not.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def share_in_place(program: Program, library) -> int:
         if call.kernel not in pairs_of:
             pairs_of[call.kernel] = in_place_pairs(library.lowered[call.kernel])
         taken: set[int] = set()
+        aliases: dict[int, int] = {}  # input index -> the output written over it
         for k, o in pairs_of[call.kernel]:
             src, dst = call.args[k], call.args[o]
             root = src.root
@@ -63,7 +66,8 @@ def share_in_place(program: Program, library) -> int:
             dst.view_of, dst.in_place = src, True
             last[root] = last.pop(dst)
             taken.update((k, o))
+            aliases.update((j, o) for j in same)
             shared += dst.nbytes
-        if taken:
-            call.kernel = library.in_place_variant(call.kernel).name
+        if aliases:
+            call.kernel = library.in_place_variant(call.kernel, aliases).name
     return shared

@@ -82,7 +82,7 @@ def _accumulate(acc: Slot, value: Slot, scale: Slot, library) -> Call:
     v = te.placeholder(value.shape, value.dtype, "value")
     s = te.placeholder((), scale.dtype, "scale")
     out = te.compute(acc.shape, lambda *i: a(*i) + v(*i) * s(), name="acc_out")
-    kernel = library.add(te.create_prim_func([a, v, s, out]), "accumulate", in_place=True)
+    kernel = library.add(te.create_prim_func([a, v, s, out]), "accumulate", {0: 3})
     return Call(kernel.name, [acc, value, scale, acc], sorted(kernel.written))
 
 
