@@ -21,7 +21,10 @@ Everything runs on one thread, in one process, side by side:
   later, as its own kernels), so the TVM column leaves out the update: a few elementwise
   passes over the parameters, well under 1% of the step for these models.
 
-Each time is the median of `--repeat` runs after `--warmup` runs.
+Each time is the median of `--repeat` rounds after `--warmup` runs; a round runs the C step,
+the checked C step, PyTorch's step and TVM's in turn, each twice and timing the second run
+(the first warms its caches), so that load from outside (this shared machine's times move by
+up to 2x over seconds) weighs on both sides of every ratio alike.
 
 FLOPs of one step, counted from the model: for every Conv2d and Linear, MACs = output
 elements x (in_channels / groups) x kernel area (Linear: kernel area 1). Forward is 2 x MACs;
@@ -60,15 +63,22 @@ from ubitrain.zoo import ZOO  # noqa: E402
 LR, MOMENTUM = 0.01, 0.9
 
 
-def median_seconds(fn, repeat: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
+def interleaved_medians(steps: dict, repeat: int, warmup: int) -> dict:
+    """{name: median seconds} of each step function, timed in rounds: every round runs each
+    function twice and times the second run (the first brings its data back into the caches
+    the other functions used), so that load from outside, which comes and goes over seconds
+    on a shared machine, weighs on every side of a ratio alike."""
+    for fn in steps.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in steps}
     for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, fn in steps.items():
+            fn()
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def sgemm_roof(n: int = 512) -> float:
@@ -106,7 +116,8 @@ def step_flops(model: torch.nn.Module, x: torch.Tensor) -> int:
     return 6 * sum(macs)
 
 
-def time_c(model, x, y, out_dir: Path, repeat: int, warmup: int):
+def c_steps(model, x, y, out_dir: Path):
+    """(bound step, checked step, compile s, build s, kernels) of the generated C."""
     start = time.perf_counter()
     pkg = ub.compile(model, (x,), y, optimizer=ub.SGD(lr=LR, momentum=MOMENTUM),
                      out_dir=out_dir)
@@ -118,12 +129,10 @@ def time_c(model, x, y, out_dir: Path, repeat: int, warmup: int):
     step = trainer.bound_step(xn, yn)
     if step() != 0:
         raise RuntimeError(f"the generated train_step of {pkg.model_name} returned an error")
-    seconds = median_seconds(step, repeat, warmup)
-    api_seconds = median_seconds(lambda: trainer.step(xn, yn), repeat, warmup)
-    return seconds, api_seconds, compile_s, build_s, pkg.kernel_count
+    return step, lambda: trainer.step(xn, yn), compile_s, build_s, pkg.kernel_count
 
 
-def time_torch(model, x, y, repeat: int, warmup: int) -> float:
+def torch_step(model, x, y):
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     loss_fn = torch.nn.CrossEntropyLoss()
     model.train()
@@ -133,11 +142,11 @@ def time_torch(model, x, y, repeat: int, warmup: int) -> float:
         loss_fn(model(x), y).backward()
         opt.step()
 
-    return median_seconds(step, repeat, warmup)
+    return step
 
 
-def time_tvm(model, x, y, repeat: int, warmup: int):
-    """(median seconds, compile seconds) of TVM's own build of the training module."""
+def tvm_step(model, x, y):
+    """(step, compile seconds) of TVM's own build of the training module."""
     import tvm
     from tvm import relax
 
@@ -163,8 +172,7 @@ def time_tvm(model, x, y, repeat: int, warmup: int):
     if len(tm.mod["main"].params) != len(args):
         raise RuntimeError("unexpected training-module signature (dropout masks?)")
     vm.set_input("main", *args)
-    seconds = median_seconds(lambda: vm.invoke_stateful("main"), repeat, warmup)
-    return seconds, compile_s
+    return lambda: vm.invoke_stateful("main"), compile_s
 
 
 def _llvm_cpu() -> str:
@@ -184,20 +192,19 @@ def measure(name: str, batch: int, root: Path, args) -> dict:
     model = entry.factory()
     flops = step_flops(model, x)
     row = dict(model=name, batch=batch, step_flops=flops)
-    c_s, api_s, compile_s, build_s, kernels = time_c(model, x, y, root / f"{name}_b{batch}",
-                                                     args.repeat, args.warmup)
-    row.update(c_seconds=c_s, c_step_api_seconds=api_s, compile_seconds=compile_s,
-               cmake_build_seconds=build_s,
-               kernels=kernels, c_gflops=flops / c_s / 1e9)
+    c_step, api_step, compile_s, build_s, kernels = c_steps(model, x, y, root / f"{name}_b{batch}")
+    row.update(compile_seconds=compile_s, cmake_build_seconds=build_s, kernels=kernels)
     torch.manual_seed(0)
-    row["torch_seconds"] = time_torch(entry.factory(), x, y, args.repeat, args.warmup)
+    steps = dict(c=c_step, c_step_api=api_step, torch=torch_step(entry.factory(), x, y))
     if not args.no_tvm:
         try:
             torch.manual_seed(0)
-            tvm_s, tvm_compile = time_tvm(entry.factory(), x, y, args.repeat, args.warmup)
-            row.update(tvm_seconds=tvm_s, tvm_compile_seconds=tvm_compile)
+            steps["tvm"], row["tvm_compile_seconds"] = tvm_step(entry.factory(), x, y)
         except Exception as err:  # reported, not hidden
             row["tvm_error"] = f"{type(err).__name__}: {str(err).splitlines()[-1][:200]}"
+    medians = interleaved_medians(steps, args.repeat, args.warmup)
+    row.update({f"{side}_seconds": t for side, t in medians.items()})
+    row["c_gflops"] = flops / row["c_seconds"] / 1e9
     return row
 
 
