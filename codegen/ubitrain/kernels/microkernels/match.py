@@ -88,7 +88,6 @@ def match_depthwise(info: dict, out_shape: list[int]):
         _, _, OH, OW = out_shape
         mode, ok = "forward", (C, w0, w1) == (g, g, 1)
         top, left = pt, pl
-        Hp, Wp = max(H + pt + pb, OH + (KH - 1) * dh), max(W + pl + pr, OW + (KW - 1) * dw)
     elif info["op"] == "relax.nn.conv2d_transpose" and layouts == ("NCHW", "IOHW", "NCHW"):
         (N, C, H, W), (w0, w1, KH, KW) = info["shapes"]
         (sh, sw), (dh, dw) = a["strides"], a["dilation"]
@@ -105,28 +104,31 @@ def match_depthwise(info: dict, out_shape: list[int]):
         mode, ok = "bwd_weight", (CN, one, out_shape[0], out_shape[1]) == (C * N, 1, C, 1) \
             and g == C
         top, left = pt, pl
-        Hp, Wp = max(H + pt + pb, OH + (KH - 1) * dh), max(W + pl + pr, OW + (KW - 1) * dw)
     else:
         return None
     if not ok:
         return None
-    if (sh, sw) != (1, 1):  # direct loops (templates/common/depthwise_strided.c.j2)
+    doc = (f"depthwise conv2d {mode}: stride {sh}x{sw}, dilation {dh}x{dw}, "
+           f"padding {pt},{pl},{pb},{pr}")
+    # The padded plane split by phase (row mod sh, column mod sw): a strided tap reads one
+    # phase plane with unit stride, so every stride shares the stride-1 loops.
+    Hq = max(OH + (KH - 1) * dh // sh, (H - 1 + top) // sh + 1)
+    Wq = max(OW + (KW - 1) * dw // sw, (W - 1 + left) // sw + 1)
+    if (sh, sw) != (1, 1) and (mode == "bwd_data" or top < 0 or left < 0
+                               or sh * sw * Hq * Wq * 4 > DIRECT_BYTES):
+        # direct loops (templates/common/depthwise_strided.c.j2)
         return "depthwise_strided", dict(
             mode=mode, N=N, C=C, H=H, W=W, OH=OH, OW=OW, KH=KH, KW=KW, sh=sh, sw=sw, dh=dh,
-            dw=dw, pt=pt, pl=pl, scratch_bytes=0,
-            doc=f"depthwise conv2d {mode}: stride {sh}x{sw}, dilation {dh}x{dw}, "
-                f"padding {pt},{pl},{pb},{pr}")
-    if top < 0 or left < 0 or Hp * Wp * 4 > DIRECT_BYTES or \
+            dw=dw, pt=pt, pl=pl, scratch_bytes=0, doc=doc)
+    if top < 0 or left < 0 or sh * sw * Hq * Wq * 4 > DIRECT_BYTES or \
             (mode == "bwd_data" and not frame_ok):
         return None
     K = KH * KW
     image = _align(4 * K)
     p = dict(mode=mode, N=N, C=C, H=H, W=W, KH=KH, KW=KW, OH=OH, OW=OW, dh=dh, dw=dw, K=K,
-             Hp=Hp, Wp=Wp, top=top, left=left, image_offset=image, tile=DIRECT_RUN,
-             wt_offset=image + _align(4 * Hp * Wp))
+             sh=sh, sw=sw, Hq=Hq, Wq=Wq, top=top, left=left, image_offset=image,
+             tile=DIRECT_RUN, wt_offset=image + _align(4 * sh * sw * Hq * Wq), doc=doc)
     p["scratch_bytes"] = p["wt_offset"] + (_align(4 * K) if mode == "bwd_data" else 0)
-    p["doc"] = (f"depthwise conv2d {mode}: stride 1, dilation {dh}x{dw}, "
-                f"padding {pt},{pl},{pb},{pr}")
     return "depthwise", p
 
 
