@@ -26,7 +26,7 @@ class KernelLibrary:
         self.isa = isa  # the target's micro-kernel ISA; printed kernels are always `scalar`
         self.kernels: dict[str, CKernel] = {}
         self.support: dict[str, str] = {}  # code shared by micro-kernels, by name
-        self._by_hash: dict[int, list[tuple[tirx.PrimFunc, CKernel]]] = {}
+        self._by_hash: dict[tuple, list[tuple[tirx.PrimFunc, CKernel]]] = {}  # (hash, aliases)
         self.lowered: dict[str, tirx.PrimFunc] = {}  # kernel name -> the TIR it was printed from
         self._variants: dict[tuple, str] = {}  # (kernel, aliases) -> its in-place variant
 
