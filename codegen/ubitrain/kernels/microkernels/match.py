@@ -36,8 +36,8 @@ def _align(n: int) -> int:
     return (n + 15) // 16 * 16
 
 
-def _rows(per_row_elements: int, total_rows: int) -> int:
-    return max(1, min(total_rows, PACK_BYTES // (4 * max(per_row_elements, 1))))
+def _rows(per_row_elements: int, total_rows: int, budget: int = PACK_BYTES) -> int:
+    return max(1, min(total_rows, budget // (4 * max(per_row_elements, 1))))
 
 
 def _fills_lanes(cols: int) -> bool:
@@ -81,8 +81,9 @@ def _pointwise(KH, KW, sh, sw, padding) -> bool:
 
 
 def match_depthwise(info: dict, out_shape: list[int]):
-    """A depthwise conv (one filter per channel) or one of its gradients: stride 1 over a padded
-    plane (the weight gradient through the GEMM core), other strides as direct loops."""
+    """A depthwise conv (one filter per channel) or one of its gradients over a padded plane,
+    split into stride phases when strided (the weight gradient through the GEMM core); the
+    data gradient of a strided conv, and planes that do not fit, as direct loops."""
     a = info["attrs"]
     layouts = (a["data_layout"], a["kernel_layout"], a["out_layout"])
     pt, pl, pb, pr = a["padding"]
@@ -119,14 +120,13 @@ def match_depthwise(info: dict, out_shape: list[int]):
     # phase plane with unit stride, so every stride shares the stride-1 loops.
     Hq = max(OH + (KH - 1) * dh // sh, (H - 1 + top) // sh + 1)
     Wq = max(OW + (KW - 1) * dw // sw, (W - 1 + left) // sw + 1)
-    if (sh, sw) != (1, 1) and (mode == "bwd_data" or top < 0 or left < 0
-                               or sh * sw * Hq * Wq * 4 > DIRECT_BYTES):
+    fits = top >= 0 and left >= 0 and sh * sw * Hq * Wq * 4 <= DIRECT_BYTES
+    if (sh, sw) != (1, 1) and (mode == "bwd_data" or not fits):
         # direct loops (templates/common/depthwise_strided.c.j2)
         return "depthwise_strided", dict(
             mode=mode, N=N, C=C, H=H, W=W, OH=OH, OW=OW, KH=KH, KW=KW, sh=sh, sw=sw, dh=dh,
             dw=dw, pt=pt, pl=pl, scratch_bytes=0, doc=doc)
-    if top < 0 or left < 0 or sh * sw * Hq * Wq * 4 > DIRECT_BYTES or \
-            (mode == "bwd_data" and not frame_ok):
+    if not fits or (mode == "bwd_data" and not frame_ok):
         return None
     K = KH * KW
     image = _align(4 * K)
@@ -176,8 +176,7 @@ def _col2im(p: dict) -> dict:
     """The data gradient of a strided conv as a GEMM into columns and a col2im (see
     templates/common/conv2d.c.j2): cols of `rows` rows of dy, then w^T [O*KH*KW, C]."""
     Kc = p["O"] * p["KH"] * p["KW"]
-    rows = max(1, min(p["H"], COLS_BYTES // (4 * Kc * p["W"])))
-    p.update(variant="col2im", rows=rows)
+    p.update(variant="col2im", rows=_rows(Kc * p["W"], p["H"], COLS_BYTES))
     p["wt_offset"] = _align(4 * Kc * p["rows"] * p["W"])
     p["scratch_bytes"] = p["wt_offset"] + _align(4 * Kc * p["C"])
     p["doc"] = (f"conv2d bwd_data (col2im, a conv2d_transpose): stride {p['sh']}x{p['sw']}, "
