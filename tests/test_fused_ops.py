@@ -188,7 +188,8 @@ def _bound(func, var):
 
 def test_fused_kernels_may_write_over_a_dying_input():
     """The reductions of a fused kernel read its input before the elementwise output nest
-    starts, so y may overwrite x (BatchNorm whose input gets no gradient), dx may overwrite
+    starts, and BatchNorm's y is elementwise in x, so y may overwrite x (BatchNorm whose
+    input gets no gradient), dx may overwrite
     dy or x, and the loss gradient the logits. Convolution-style reads stay excluded."""
     from ubitrain.kernels.schedules import schedule
     from ubitrain.kernels.tir_access import in_place_pairs
@@ -199,7 +200,8 @@ def test_fused_kernels_may_write_over_a_dying_input():
     mod = legalize(build_training_module(ConvBN(), (x,), y, "cross_entropy").mod, "float64")
     pairs = {gvar.name_hint: in_place_pairs(lower_prim_func(schedule(func)))
              for gvar, func in mod.functions.items() if isinstance(func, tirx.PrimFunc)}
-    assert (0, 5) in pairs["batch_norm_train"]  # x -> y
+    assert (0, 5) in pairs["batch_norm_apply"]  # x -> y
+    assert pairs["batch_norm_stats"] == [(1, 5), (2, 6)]  # running statistics -> new ones
     assert {(0, 5), (4, 5)} <= set(pairs["batch_norm_train_backward"])  # x, dy -> dx
     assert pairs["softmax_cross_entropy_backward"] == [(0, 3)]  # logits -> dlogits
     assert pairs["softmax_cross_entropy"] == []  # a scalar output

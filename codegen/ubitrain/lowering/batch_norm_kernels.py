@@ -23,9 +23,8 @@ def _channel_sum(x_shape, body, acc: str, name: str):
                                                       axis=rvars), name=name)
 
 
-def batch_norm_train(x, w, b, running_mean, running_var, momentum: float, eps: float,
-                     acc: str):
-    """(y, save_mean, save_rstd, new_running_mean, new_running_var)."""
+def batch_norm_stats(x, running_mean, running_var, momentum: float, eps: float, acc: str):
+    """(save_mean, save_rstd, new_running_mean, new_running_var): the forward's reductions."""
     shape = [int(d) for d in x.shape]
     dtype = x.dtype
     count = math.prod(shape) // shape[1]
@@ -44,12 +43,6 @@ def batch_norm_train(x, w, b, running_mean, running_var, momentum: float, eps: f
     var = te.compute(total.shape, lambda c: sqdev[c] / n, name="bn_var")
     save_rstd = te.compute(total.shape, lambda c: (tirx.const(1, acc) / tirx.sqrt(
         var[c] + tirx.const(eps, acc))).astype(dtype), name="bn_save_rstd")
-
-    def normalize(*i):
-        c = i[1]
-        return (x(*i) - save_mean[c]) * save_rstd[c] * w[c] + b[c]
-
-    y = te.compute(shape, normalize, name="bn_y")
     # PyTorch's running statistics: momentum-weighted, with the unbiased batch variance.
     keep = tirx.const(1.0 - momentum, dtype)
     new_mean = te.compute(total.shape, lambda c: running_mean[c] * keep
@@ -57,7 +50,14 @@ def batch_norm_train(x, w, b, running_mean, running_var, momentum: float, eps: f
     unbiased = tirx.const(momentum * count / (count - 1), dtype)
     new_var = te.compute(total.shape, lambda c: running_var[c] * keep
                          + var[c].astype(dtype) * unbiased, name="bn_new_var")
-    return y, save_mean, save_rstd, new_mean, new_var
+    return save_mean, save_rstd, new_mean, new_var
+
+
+def batch_norm_apply(x, save_mean, save_rstd, w, b):
+    """y = (x - mean) * rstd * gamma + beta: a broadcast kernel, so the activation after it
+    fuses into it, and rebuilding y for a recomputation reads x once."""
+    return te.compute(x.shape, lambda *i: (x(*i) - save_mean[i[1]]) * save_rstd[i[1]]
+                      * w[i[1]] + b[i[1]], name="bn_y")
 
 
 def batch_norm_train_backward(x, w, save_mean, save_rstd, dy, acc: str):

@@ -1,5 +1,7 @@
 """Legalization of fused training ops (training/fused_ops.py): each call becomes the call_tir
-of ONE PrimFunc built from the op's TE kernel, with the target's accumulator dtype.
+of ONE PrimFunc built from the op's TE kernel, with the target's accumulator dtype. BatchNorm's
+forward becomes two: its statistics (reductions), then y from x and them (a broadcast kernel
+that the activation after it joins in lowering/fusion.py).
 
 TVM's LegalizeOps never hands `relax.call_dps_packed` to a legalization (it is already
 "lowered" to it), so a small mutator of ours rewrites these calls first.
@@ -12,17 +14,35 @@ from tvm import relax
 
 from ..errors import CompileError
 from ..training.fused_ops import fused_op_of
-from .batch_norm_kernels import batch_norm_train, batch_norm_train_backward
+from .batch_norm_kernels import batch_norm_apply, batch_norm_stats, batch_norm_train_backward
 from .cross_entropy_kernels import softmax_cross_entropy, softmax_cross_entropy_backward
 from .layer_norm_kernels import layer_norm, layer_norm_backward
 
+
+def _batch_norm_train(bb, x, w, b, running_mean, running_var, momentum, eps, acc):
+    """(y, save_mean, save_rstd, new_running_mean, new_running_var) in two kernels."""
+    stats = bb.emit(bb.call_te(batch_norm_stats, x, running_mean, running_var,
+                               momentum=momentum, eps=eps, acc=acc,
+                               primfunc_name_hint="batch_norm_stats"))
+    mean, rstd = relax.TupleGetItem(stats, 0), relax.TupleGetItem(stats, 1)
+    y = bb.emit(bb.call_te(batch_norm_apply, x, mean, rstd, w, b,
+                           primfunc_name_hint="batch_norm_apply"))
+    return relax.Tuple([y] + [relax.TupleGetItem(stats, i) for i in range(4)])
+
+
+def _one_kernel(te_func):
+    def legalize(bb, *tensors, acc, **attrs):
+        return bb.call_te(te_func, *tensors, **attrs, acc=acc,
+                          primfunc_name_hint=te_func.__name__)
+    return legalize
+
+
+# op -> legalize(builder, *tensors, acc=, **attrs): the expression that replaces the call
 FUSED_KERNELS = {
-    "batch_norm_train": batch_norm_train,
-    "batch_norm_train_backward": batch_norm_train_backward,
-    "layer_norm": layer_norm,
-    "layer_norm_backward": layer_norm_backward,
-    "softmax_cross_entropy": softmax_cross_entropy,
-    "softmax_cross_entropy_backward": softmax_cross_entropy_backward,
+    "batch_norm_train": _batch_norm_train,
+    **{f.__name__: _one_kernel(f) for f in (
+        batch_norm_train_backward, layer_norm, layer_norm_backward, softmax_cross_entropy,
+        softmax_cross_entropy_backward)},
 }
 
 
@@ -40,8 +60,7 @@ class _FusedOpLegalizer(relax.PyExprMutator):
         op, attrs = found
         if op not in FUSED_KERNELS:
             raise CompileError(f"fused op {op} has no kernel; known: {', '.join(FUSED_KERNELS)}")
-        return self.builder_.call_te(FUSED_KERNELS[op], *call.args[1].fields, **attrs,
-                                     acc=self.acc, primfunc_name_hint=op)
+        return FUSED_KERNELS[op](self.builder_, *call.args[1].fields, **attrs, acc=self.acc)
 
     def run(self) -> tvm.IRModule:
         for gvar, func in self.mod.functions.items():
@@ -55,4 +74,6 @@ _CALL_DPS_PACKED = tvm.ir.Op.get("relax.call_dps_packed")
 
 def legalize_fused_ops(mod: tvm.IRModule, acc: str) -> tvm.IRModule:
     """Every fused-op call of `mod` as a call_tir of its kernel."""
-    return _FusedOpLegalizer(mod, acc).run()
+    mod = _FusedOpLegalizer(mod, acc).run()
+    # (y, ...)[0] of a split op is y itself, so y's consumers can fuse into its kernel
+    return relax.transform.CanonicalizeBindings()(mod)
