@@ -18,8 +18,9 @@ from ubitrain.zoo import ZOO
 
 @pytest.mark.parametrize("model_name", ["mobilenetv2_small", "mlp_layernorm_gelu"])
 def test_fused_step_equals_unfused_step_bit_for_bit(model_name, tmp_path):
-    """MobileNetV2-style: conv + BN + ReLU6, depthwise, residual add; the MLP: LayerNorm,
-    GELU, softmax cross-entropy. Adam, so that the update's epilogue is exercised too."""
+    """MobileNetV2-style: conv + BN + ReLU6 (the ReLU6 in the BatchNorm's normalisation
+    kernel), depthwise, residual add; the MLP: LayerNorm, GELU, softmax cross-entropy. Adam,
+    so that the update's epilogue is exercised too."""
     entry = ZOO[model_name]
     torch.manual_seed(1)
     model = entry.factory().train()
@@ -37,6 +38,9 @@ def test_fused_step_equals_unfused_step_bit_for_bit(model_name, tmp_path):
     (plain, losses0, logits0, params0), (fused, losses1, logits1, params1) = runs[False], runs[True]
     assert len(fused.programs["train_step"].calls) < len(plain.programs["train_step"].calls)
     assert fused.kernel_count < plain.kernel_count
+    if model_name == "mobilenetv2_small":  # each ReLU6 runs inside its BatchNorm's y kernel
+        clips = [c.kernel for c in fused.programs["train_step"].calls if "clip" in c.kernel]
+        assert clips and all("batch_norm_apply" in k for k in clips), clips
     assert losses1 == losses0
     assert np.array_equal(logits1, logits0)
     for name, value in params0.items():
