@@ -1,7 +1,7 @@
 """Legalization of fused training ops (training/fused_ops.py): each call becomes the call_tir
-of ONE PrimFunc built from the op's TE kernel, with the target's accumulator dtype. BatchNorm's
-forward becomes two: its statistics (reductions), then y from x and them (a broadcast kernel
-that the activation after it joins in lowering/fusion.py).
+of one PrimFunc built from the op's TE kernel, with the target's accumulator dtype. Only
+BatchNorm's forward becomes two: its statistics (reductions), then y from x and them (a
+broadcast kernel, which the activation or residual add after it joins in lowering/fusion.py).
 
 TVM's LegalizeOps never hands `relax.call_dps_packed` to a legalization (it is already
 "lowered" to it), so a small mutator of ours rewrites these calls first.
