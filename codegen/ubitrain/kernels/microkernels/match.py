@@ -123,9 +123,11 @@ def match_depthwise(info: dict, out_shape: list[int]):
     fits = top >= 0 and left >= 0 and sh * sw * Hq * Wq * 4 <= DIRECT_BYTES
     if (sh, sw) != (1, 1) and (mode == "bwd_data" or not fits):
         # direct loops (templates/common/depthwise_strided.c.j2)
-        return "depthwise_strided", dict(
-            mode=mode, N=N, C=C, H=H, W=W, OH=OH, OW=OW, KH=KH, KW=KW, sh=sh, sw=sw, dh=dh,
-            dw=dw, pt=pt, pl=pl, scratch_bytes=0, doc=doc)
+        p = dict(mode=mode, N=N, C=C, H=H, W=W, OH=OH, OW=OW, KH=KH, KW=KW, sh=sh, sw=sw,
+                 dh=dh, dw=dw, pt=pt, pl=pl, scratch_bytes=0, doc=doc)
+        if mode == "bwd_data":
+            p.update(_dy_frame(p))
+        return "depthwise_strided", p
     if not fits or (mode == "bwd_data" and not frame_ok):
         return None
     K = KH * KW
@@ -135,6 +137,22 @@ def match_depthwise(info: dict, out_shape: list[int]):
              tile=DIRECT_RUN, wt_offset=image + _align(4 * sh * sw * Hq * Wq), doc=doc)
     p["scratch_bytes"] = p["wt_offset"] + (_align(4 * K) if mode == "bwd_data" else 0)
     return "depthwise", p
+
+
+def _dy_frame(p: dict) -> dict:
+    """The zero-framed dy plane of the strided depthwise data gradient: every tap's run of
+    a dx phase row then reads PW whole columns of one framed row (dy row i at row i - r0,
+    column j at j - c0). Phase pw of dx column ow = b*sw + pw takes tap kw from dy column
+    b + q (q = (pw - u) / sw, u = kw*dw - pl); dx row oh takes tap kh from dy row
+    (oh + pt - kh*dh) / sh where that divides."""
+    sh, sw, OH, OW = p["sh"], p["sw"], p["OH"], p["OW"]
+    PW = (OW + sw - 1) // sw
+    qs = [(u % sw - u) // sw for u in (kw * p["dw"] - p["pl"] for kw in range(p["KW"]))]
+    c0, c1 = min(min(qs), 0), max(PW + max(qs), p["W"])
+    r0 = min((p["pt"] - (p["KH"] - 1) * p["dh"]) // sh, 0)
+    r1 = max((OH - 1 + p["pt"]) // sh + 1, p["H"])
+    return dict(PW=PW, r0=r0, c0=c0, Hd=r1 - r0, Wd=c1 - c0,
+                scratch_bytes=_align(4 * (r1 - r0) * (c1 - c0)))
 
 
 def match_conv2d(info: dict, out_shape: list[int]):
