@@ -60,22 +60,23 @@ from ubitrain.kernels import library as kernel_library
 from ubitrain.kernels.c_printer import CKernel
 from ubitrain.kernels.library import KernelLibrary
 from ubitrain.kernels.microkernels import harness
-from ubitrain.kernels.microkernels.cases import conv2d_funcs, matmul_funcs
+from ubitrain.kernels.microkernels.cases import batch_norm_funcs, conv2d_funcs, matmul_funcs
 from ubitrain.kernels.microkernels.tagging import op_info
 from ubitrain.runtime.target_build import build_driver
 from ubitrain.targets import TARGETS, get_target
 from ubitrain.zoo import ZOO
 
-# The conv and linear layers of lenet5 and digits_cnn, and a depthwise layer of
-# mobilenetv2_small: (label, funcs at a batch size).
+# The conv and linear layers of lenet5 and digits_cnn, and a depthwise layer and a BatchNorm
+# of mobilenetv2_small: (label, funcs at a batch size and reduction accumulator type).
 LAYERS = [
-    ("lenet5 conv1", lambda b: conv2d_funcs((b, 1, 32, 32), (6, 1, 5, 5))),
-    ("lenet5 conv2", lambda b: conv2d_funcs((b, 6, 14, 14), (16, 6, 5, 5))),
-    ("lenet5 fc1", lambda b: matmul_funcs(b, 400, 120)),
-    ("digits conv1", lambda b: conv2d_funcs((b, 1, 8, 8), (8, 1, 3, 3), padding=(1, 1))),
-    ("digits conv2", lambda b: conv2d_funcs((b, 8, 4, 4), (16, 8, 3, 3), padding=(1, 1))),
-    ("mbv2 dw3x3", lambda b: conv2d_funcs((b, 32, 8, 8), (32, 1, 3, 3), padding=(1, 1),
-                                          groups=32)),  # mobilenetv2_small's block 3
+    ("lenet5 conv1", lambda b, acc: conv2d_funcs((b, 1, 32, 32), (6, 1, 5, 5))),
+    ("lenet5 conv2", lambda b, acc: conv2d_funcs((b, 6, 14, 14), (16, 6, 5, 5))),
+    ("lenet5 fc1", lambda b, acc: matmul_funcs(b, 400, 120)),
+    ("digits conv1", lambda b, acc: conv2d_funcs((b, 1, 8, 8), (8, 1, 3, 3), padding=(1, 1))),
+    ("digits conv2", lambda b, acc: conv2d_funcs((b, 8, 4, 4), (16, 8, 3, 3), padding=(1, 1))),
+    ("mbv2 dw3x3", lambda b, acc: conv2d_funcs((b, 32, 8, 8), (32, 1, 3, 3), padding=(1, 1),
+                                               groups=32)),  # mobilenetv2_small's block 3
+    ("mbv2 BatchNorm", lambda b, acc: batch_norm_funcs((b, 32, 8, 8), acc)),  # its BN there
 ]
 
 
@@ -116,7 +117,7 @@ def kernel_counts(target, batch: int, work: Path) -> list[dict]:
     isa = target.isa
     cases, support, labels, seen = [], {}, [], set()
     for layer, make in LAYERS:
-        for func in make(batch):
+        for func in make(batch, target.accumulate_dtype):
             if str(func.attrs["ub_op"]) in seen:  # the forward conv of main and main_adjoint
                 continue
             seen.add(str(func.attrs["ub_op"]))
@@ -126,7 +127,7 @@ def kernel_counts(target, batch: int, work: Path) -> list[dict]:
             if micro.name.endswith("__scalar"):
                 continue
             support.update(lib.support)
-            inputs = [np.ones([int(d) for d in p.shape], np.float32) for p in func.params[:-1]]
+            inputs = [np.ones(shape, np.float32) for shape in op_info(func)["shapes"]]
             novec = compiled_with(scalar, "novec", "no-tree-vectorize")
             cases.append(harness.Case(layer, [novec, scalar, micro], inputs))
             labels.append((layer, micro.name.split("_ukernel_")[0].removeprefix("ub_f32_"),

@@ -24,6 +24,7 @@ from test_targets import require_tools
 from ubitrain.kernels.library import KernelLibrary
 from ubitrain.kernels.microkernels import harness
 from ubitrain.kernels.microkernels.cases import (
+    batch_norm_funcs,
     conv2d_funcs,
     linear_funcs,
     matmul_funcs,
@@ -71,6 +72,10 @@ DEPTHWISE_CASES = [
     ((2, 6, 6, 10), (6, 1, 3, 3), (0, 0), (1, 1)),
     ((1, 3, 5, 21), (3, 1, 3, 3), (1, 1), (1, 1)),  # rows of 21: a run of 16, then 4 + 1
 ]
+# BatchNorm statistics and backward: x shapes; planes of 30 leave a tail of 6 (vectors of 8)
+# or 2 (of 4); accumulated in float64 and in float32 (cortex-m4, hexagon-v66) alike.
+BATCH_NORM_CASES = [(2, 3, 5, 6), (3, 2, 4, 4), (2, 4, 17)]
+BN_EPS, BN_MOMENTUM = 1e-5, 0.1
 MICRO_TARGETS = sorted(name for name, t in TARGETS.items() if t.isa in GEMM_CORES)
 # The host's avx2 kernels once more built with -DUB_NO_AVX2: their plain-C fallback, what a
 # processor without AVX2/FMA (or a compiler without GNU C's target attributes) runs.
@@ -100,15 +105,74 @@ def _funcs():
     for xs, k, st, p, d, ceil in MAX_POOL_CASES:
         add(max_pool2d_backward_funcs(xs, k, st, p, d, ceil),
             f"x{list(xs)} k{k} s{st} p{p} d{d} ceil={ceil}")
+    for xs in BATCH_NORM_CASES:
+        for acc in ("float64", "float32"):
+            add(batch_norm_funcs(xs, acc, BN_MOMENTUM, BN_EPS), acc)
     return out
 
 
 FUNCS = _funcs()
 
 
+def batch_norm_inputs(func, x, rng):
+    """Inputs of a BatchNorm kernel around x: for the backward, the statistics of x rounded to
+    float32 (as the forward saves them), so that PyTorch's own backward is the reference."""
+    channels = x.shape[1]
+    if op_info(func)["op"] == "batch_norm_stats":  # x, running mean, running variance
+        return [x, rng.standard_normal(channels).astype(np.float32),
+                rng.uniform(0.5, 2, channels).astype(np.float32)]
+    axes = (0,) + tuple(range(2, x.ndim))
+    x64 = x.astype(np.float64)
+    mean, var = x64.mean(axes), x64.var(axes)
+    return [x, rng.standard_normal(channels).astype(np.float32), mean.astype(np.float32),
+            (1 / np.sqrt(var + BN_EPS)).astype(np.float32),
+            rng.standard_normal(x.shape).astype(np.float32)]
+
+
+def batch_norm_reference(info, inputs):
+    """(value, magnitude, terms) of every output, one after the other, from PyTorch in
+    float64: a sum of n terms rounds within n * 2^-24 of its magnitude (float32 sums), a
+    float64 sum rounded once to float32 within 2^-24; the terms below add a few roundings of
+    the float32 arithmetic around the sums."""
+    x = torch.from_numpy(inputs[0].astype(np.float64))
+    axes = [0] + list(range(2, x.ndim))
+    per_channel = [1, -1] + [1] * (x.ndim - 2)
+    n = x.numel() // x.shape[1]
+    sums = 0 if info["attrs"]["acc"] == "float64" else n
+    if info["op"] == "batch_norm_stats":
+        rm, rv = (torch.from_numpy(v.astype(np.float64)) for v in inputs[1:])
+        var, mean = torch.var_mean(x, axes, unbiased=False)
+        rstd = 1 / torch.sqrt(var + BN_EPS)
+        m = BN_MOMENTUM
+        new_mean, new_var = (1 - m) * rm + m * mean, (1 - m) * rv + m * var * n / (n - 1)
+        values = [mean, rstd, new_mean, new_var]
+        magnitudes = [x.abs().mean(axes), rstd, (1 - m) * rm.abs() + m * mean.abs(),
+                      (1 - m) * rv.abs() + m * var * n / (n - 1)]
+        terms = [2 + sums, 2 + sums, 4 + sums, 4 + sums]
+    else:
+        w, _, _, dy = (torch.from_numpy(v.astype(np.float64)) for v in inputs[1:])
+        xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        F.batch_norm(xg, None, None, wg, torch.zeros_like(w), training=True,
+                     eps=BN_EPS).backward(dy)
+        rstd = torch.from_numpy(inputs[3].astype(np.float64)).reshape(per_channel)
+        x_hat = (x - torch.from_numpy(inputs[2].astype(np.float64)).reshape(per_channel)) * rstd
+        mean_dy, mean_dy_xhat = dy.mean(axes, keepdim=True), (dy * x_hat).mean(axes, keepdim=True)
+        values = [xg.grad, wg.grad, dy.sum(axes)]
+        magnitudes = [(w.reshape(per_channel) * rstd).abs() * (dy.abs() + mean_dy.abs()
+                                                               + (x_hat * mean_dy_xhat).abs()),
+                      (dy * x_hat).abs().sum(axes), dy.abs().sum(axes)]
+        terms = [8 + sums, 4 + sums, 1 + sums]
+    flat = [v.detach().numpy().reshape(-1) for v in values]
+    return (np.concatenate(flat), np.concatenate([m.detach().numpy().reshape(-1)
+                                                  for m in magnitudes]),
+            np.concatenate([np.full(v.size, t, np.float64) for v, t in zip(flat, terms)]))
+
+
 def reference(func, inputs):
     """(value, sum of |products|, terms per output element) in float64, from PyTorch."""
     info, a = op_info(func), func.attrs
+    if info["op"].startswith("batch_norm"):
+        return batch_norm_reference(info, inputs)
     out_shape = [int(x) for x in func.params[-1].shape]
     x, y = (torch.from_numpy(v.astype(np.float64)) for v in inputs)
     at = info["attrs"]
@@ -177,10 +241,12 @@ def isa_run(request, tmp_path_factory):
         lib = KernelLibrary(isa)
         micro = lib.add(func, "k")
         support.update(lib.support)
-        inputs = [rng.standard_normal([int(d) for d in p.shape]).astype(np.float32)
-                  for p in func.params[:-1]]
-        if op_info(func)["op"] == "relax.grad.max_pool2d_backward":  # x in whole numbers:
+        info = op_info(func)
+        inputs = [rng.standard_normal(shape).astype(np.float32) for shape in info["shapes"]]
+        if info["op"] == "relax.grad.max_pool2d_backward":  # x in whole numbers:
             inputs[1] = np.round(inputs[1])  # windows with tied maxima
+        if info["op"].startswith("batch_norm"):
+            inputs = batch_norm_inputs(func, inputs[0], rng)
         cases.append(harness.Case(label, [scalar, micro], inputs))
         refs.append(reference(func, inputs))
     binary = harness.build(cases, support, target, tmp_path_factory.mktemp(f"uk_{name}"))
@@ -193,7 +259,7 @@ def test_microkernel_matches_scalar_and_pytorch(isa_run, index):
     case, ((s_status, scalar, _), (m_status, micro, _)), (want, magnitude, terms) = \
         cases[index], results[index], refs[index]
     assert case.variants[0].name.endswith("__scalar")
-    assert f"_ukernel_{GEMM_CORES[isa].tile}__{isa}" in case.variants[1].name, \
+    assert re.search(rf"_ukernel_(u\d+|{GEMM_CORES[isa].tile})__{isa}$", case.variants[1].name), \
         case.variants[1].name
     assert s_status == 0 and m_status == 0
     bound = terms * 2.0**-24 * magnitude + 1e-30
@@ -215,7 +281,8 @@ def test_ops_without_a_micro_kernel_keep_the_scalar_kernel():
 @pytest.mark.parametrize("target", MICRO_TARGETS)
 def test_compiled_model_calls_the_micro_kernels(target, tmp_path):
     """ub.compile for a micro-kernel target puts them in the step: the conv forward, both
-    conv gradients and the linear layer's matmuls, each rendered once from its template."""
+    conv gradients, the linear layer's matmuls and BatchNorm's statistics and backward (this
+    one in place, over its input), each rendered once from its template."""
     import torch
 
     import ubitrain as ub
@@ -226,8 +293,15 @@ def test_compiled_model_calls_the_micro_kernels(target, tmp_path):
     ub.compile(entry.factory(), (x,), y, target=target, out_dir=tmp_path / "m")
     source = (tmp_path / "m" / "model.c").read_text()
     isa, tile = TARGETS[target].isa, GEMM_CORES[TARGETS[target].isa].tile
-    called = set(re.findall(rf"UB_TRY\((ub_f32_(\w+?)\d*_ukernel_{tile}__{isa})\(", source))
+    called = set(re.findall(rf"UB_TRY\((ub_f32_(\w+?)\d*_ukernel_(?:{tile}|u\d+)__{isa})\(",
+                            source))
     ops = {op for _, op in called}
-    assert {"conv2d", "conv2d_bwd_data", "conv2d_bwd_weight", "matmul"} <= ops, ops
+    assert {"conv2d", "conv2d_bwd_data", "conv2d_bwd_weight", "matmul", "batch_norm_stats",
+            "batch_norm_backward"} <= ops, ops
+    # the backward's dx over its input x: the same arena address, the 2nd and 6th tensor
+    (x, dx), = re.findall(r"UB_TRY\(ub_f32_batch_norm_backward\w*\(\w[^,]*, (\([^)]*\)[^,]*),"
+                          r"(?:[^,]*,){4} (\([^)]*\)[^,]*),", source)
+    assert x.replace("const ", "") == dx, (x, dx)
     assert "microkernels/templates/common/conv2d.c.j2" in source
+    assert "microkernels/templates/common/batch_norm.c.j2" in source
     assert f"microkernels/templates/{GEMM_CORES[isa].template}" in source

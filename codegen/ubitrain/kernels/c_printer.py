@@ -127,6 +127,9 @@ class CKernel:
     scratch_bytes: int
     flops: int = 0
     notes: list[str] = field(default_factory=list)
+    # outputs may be passed over the inputs the in-place analysis pairs them with, to this
+    # kernel as it is (a template that reads each element before it writes it, unrestricted)
+    alias_safe: bool = False
 
 
 

@@ -44,32 +44,38 @@ class KernelLibrary:
         planned = None if aliases else microkernels.plan(func, self.isa)
         if planned is not None:
             kernel = self._add_microkernel(func, dtype, *planned)
+            if kernel.alias_safe:  # the in-place analysis reads the TIR it stands for
+                self.lowered[kernel.name] = self._lower(func, op_name)
             self._by_hash.setdefault(key, []).append((func, kernel))
             return kernel
         base = f"ub_{dtype}_{_c_ident(op_name)}"
         name, i = f"{base}__scalar", 1
         while name in self.kernels:
             name, i = f"{base}{i}__scalar", i + 1
-        try:
-            lowered = lower_prim_func(schedule(func))
-        except Exception as err:
-            raise CompileError(f"lowering kernel {op_name} failed: {err}") from err
+        lowered = self._lower(func, op_name)
         kernel = print_kernel(lowered, name, aliases)
         self.kernels[name] = kernel
         self.lowered[name] = lowered
         self._by_hash.setdefault(key, []).append((func, kernel))
         return kernel
 
-    def microkernel_name(self, op: str, dtype: str = "f32") -> str:
+    @staticmethod
+    def _lower(func: tirx.PrimFunc, op_name: str) -> tirx.PrimFunc:
+        try:
+            return lower_prim_func(schedule(func))
+        except Exception as err:
+            raise CompileError(f"lowering kernel {op_name} failed: {err}") from err
+
+    def microkernel_name(self, op: str, dtype: str = "f32", family: str | None = None) -> str:
         """`ub_<dtype>_<op><i>_ukernel_<tile>__<isa>` (CONVENTIONS.md), the first not taken."""
-        tile = microkernels.tile(self.isa)
+        tile = microkernels.tile(self.isa, family)
         name, i = f"ub_{dtype}_{op}_ukernel_{tile}__{self.isa}", 1
         while name in self.kernels:
             name, i = f"ub_{dtype}_{op}{i}_ukernel_{tile}__{self.isa}", i + 1
         return name
 
     def _add_microkernel(self, func, dtype, family, op, params) -> CKernel:
-        name = self.microkernel_name(op, dtype)
+        name = self.microkernel_name(op, dtype, family)
         try:
             kernel = microkernels.render_kernel(func, self.isa, family, name, params)
             self.support.update(microkernels.support_sources(self.isa))
@@ -83,7 +89,9 @@ class KernelLibrary:
     def in_place_variant(self, name: str, aliases: dict[int, int]) -> CKernel:
         """Kernel `name` printed again for calls whose outputs overwrite inputs, as
         `aliases` ({input index: output index}) says: `ub_<dtype>_<op>_inplace<i>__<isa>`,
-        one per kernel and set of aliases."""
+        one per kernel and set of aliases; an alias-safe micro-kernel is its own."""
+        if self.kernels[name].alias_safe:
+            return self.kernels[name]
         key = (name, frozenset(aliases.items()))
         if key not in self._variants:
             base, _, isa = name.rpartition("__")

@@ -13,6 +13,7 @@ import tvm
 from tvm import relax
 
 from ..errors import CompileError
+from ..kernels.microkernels.tagging import tag
 from ..training.fused_ops import fused_op_of
 from .batch_norm_kernels import batch_norm_apply, batch_norm_stats, batch_norm_train_backward
 from .cross_entropy_kernels import softmax_cross_entropy, softmax_cross_entropy_backward
@@ -21,28 +22,34 @@ from .layer_norm_kernels import layer_norm, layer_norm_backward
 
 def _batch_norm_train(bb, x, w, b, running_mean, running_var, momentum, eps, acc):
     """(y, save_mean, save_rstd, new_running_mean, new_running_var) in two kernels."""
-    stats = bb.emit(bb.call_te(batch_norm_stats, x, running_mean, running_var,
-                               momentum=momentum, eps=eps, acc=acc,
-                               primfunc_name_hint="batch_norm_stats"))
+    stats = bb.call_te(batch_norm_stats, x, running_mean, running_var, momentum=momentum,
+                       eps=eps, acc=acc, primfunc_name_hint="batch_norm_stats")
+    # the reductions have micro-kernels (kernels/microkernels/): say what they compute
+    tag(bb, stats, "batch_norm_stats", dict(momentum=momentum, eps=eps, acc=acc),
+        [x, running_mean, running_var])
+    stats = bb.emit(stats)
     mean, rstd = relax.TupleGetItem(stats, 0), relax.TupleGetItem(stats, 1)
     y = bb.emit(bb.call_te(batch_norm_apply, x, mean, rstd, w, b,
                            primfunc_name_hint="batch_norm_apply"))
     return relax.Tuple([y] + [relax.TupleGetItem(stats, i) for i in range(4)])
 
 
-def _one_kernel(te_func):
+def _one_kernel(te_func, tagged: bool = False):
     def legalize(bb, *tensors, acc, **attrs):
-        return bb.call_te(te_func, *tensors, **attrs, acc=acc,
+        call = bb.call_te(te_func, *tensors, **attrs, acc=acc,
                           primfunc_name_hint=te_func.__name__)
+        if tagged:
+            tag(bb, call, te_func.__name__, dict(attrs, acc=acc), tensors)
+        return call
     return legalize
 
 
 # op -> legalize(builder, *tensors, acc=, **attrs): the expression that replaces the call
 FUSED_KERNELS = {
     "batch_norm_train": _batch_norm_train,
+    "batch_norm_train_backward": _one_kernel(batch_norm_train_backward, tagged=True),
     **{f.__name__: _one_kernel(f) for f in (
-        batch_norm_train_backward, layer_norm, layer_norm_backward, softmax_cross_entropy,
-        softmax_cross_entropy_backward)},
+        layer_norm, layer_norm_backward, softmax_cross_entropy, softmax_cross_entropy_backward)},
 }
 
 

@@ -59,3 +59,29 @@ def max_pool2d_backward_funcs(x_shape, kernel, stride, padding=(0, 0), dilation=
     pad = [padding[0], padding[1], padding[0], padding[1]]
     return _legalized_funcs(lambda bb: bb.emit(relax.op.nn.max_pool2d(
         x, kernel, stride, pad, dilation, ceil_mode=ceil_mode)), [x])
+
+
+def batch_norm_funcs(x_shape, acc: str = "float64", momentum: float = 0.1,
+                     eps: float = 1e-5) -> list:
+    """Training-mode BatchNorm's statistics and its backward (lowering/fused_kernels.py),
+    reductions accumulated in `acc`."""
+    from ...lowering.fused_kernels import FUSED_KERNELS
+
+    channels = (x_shape[1],)
+    x, dy = (relax.Var(n, relax.TensorType(x_shape, "float32")) for n in ("x", "dy"))
+    w, b, rm, rv = (relax.Var(n, relax.TensorType(channels, "float32"))
+                    for n in ("w", "b", "rm", "rv"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, dy, w, b, rm, rv]):
+        with bb.dataflow():
+            out = bb.emit(FUSED_KERNELS["batch_norm_train"](bb, x, w, b, rm, rv,
+                                                            momentum=momentum, eps=eps,
+                                                            acc=acc))
+            mean, rstd = (bb.emit(relax.TupleGetItem(out, i)) for i in (1, 2))
+            grads = bb.emit(FUSED_KERNELS["batch_norm_train_backward"](bb, x, w, mean, rstd,
+                                                                       dy, acc=acc))
+            done = bb.emit_output(relax.Tuple([out, grads]))
+        bb.emit_func_output(done)
+    funcs = [(gv.name_hint, f) for gv, f in bb.get().functions.items()
+             if not isinstance(f, relax.Function) and op_info(f) is not None]
+    return [f for _, f in sorted(funcs, key=lambda item: item[0])]

@@ -3,7 +3,7 @@ its emulator: the micro-kernel tests and benchmarks/icount.py use it.
 
 Every case runs each of its kernel variants once on the same inputs and writes, per variant,
 the int32 status, the timer ticks of the call (Cortex-M's SysTick; 0 elsewhere) and the
-output array to its standard output (stdio on Linux and Cortex-M
+output arrays to its standard output (stdio on Linux and Cortex-M
 semihosting, the write system call on Hexagon). Around every kernel call the program calls
 `ub_mark`, an empty function the instruction counter finds in the emulator's execution log.
 All cases go into one program, so a target costs one build and one emulator start.
@@ -85,32 +85,41 @@ class Case:
     inputs: list[np.ndarray]
 
 
+def _split(kernel: CKernel) -> tuple[list, list]:
+    """(inputs, outputs) of a kernel's parameters, each in call order."""
+    ins = [p for i, p in enumerate(kernel.params) if i not in kernel.written]
+    return ins, [p for i, p in enumerate(kernel.params) if i in kernel.written]
+
+
 def program_source(cases: list[Case], support: dict[str, str]) -> str:
     parts = [PRELUDE, *support.values()]
     body, scratch = [], 16
     for i, case in enumerate(cases):
-        *ins, out = case.variants[0].params
+        ins, outs = _split(case.variants[0])
         for j, (arr, (_, dtype, n)) in enumerate(zip(case.inputs, ins)):
             assert arr.size == n, (case.label, arr.shape, n)
             # Writable and external: the compiler must read the inputs after ub_mark, and
             # cannot fold a kernel over known constant data (which shortens its count).
             parts.append(f"{c_type(dtype)} ub_c{i}_in{j}[{n}] = "
                          f"{c_array(np.asarray(arr, dtype))};")
-        parts.append(f"static {c_type(out[1])} ub_c{i}_out[{out[2]}];")
+        for j, (_, dtype, n) in enumerate(outs):
+            parts.append(f"static {c_type(dtype)} ub_c{i}_out{j}[{n}];")
         for k in case.variants:
             fn = f"{k.name}_c{i}"
             parts.append(k.source.replace(k.name, fn))
             scratch = max(scratch, k.scratch_bytes)
             args = ", ".join(["ub_scratch"] + [f"ub_c{i}_in{j}" for j in range(len(ins))]
-                             + [f"ub_c{i}_out"])
-            body += [f"    memset(ub_c{i}_out, 0xff, sizeof ub_c{i}_out);",
-                     "    t0 = UB_TIMER_READ();",
+                             + [f"ub_c{i}_out{j}" for j in range(len(outs))])
+            body += [f"    memset(ub_c{i}_out{j}, 0xff, sizeof ub_c{i}_out{j});"
+                     for j in range(len(outs))]
+            body += ["    t0 = UB_TIMER_READ();",
                      f"    ub_mark(); status = {fn}({args}); ub_mark();",
                      "    t1 = UB_TIMER_READ();",
                      "    ticks = (t0 - t1) & 0xFFFFFFu;",
                      "    ub_emit(&status, 4);",
-                     "    ub_emit(&ticks, 4);",
-                     f"    ub_emit(ub_c{i}_out, sizeof ub_c{i}_out);"]
+                     "    ub_emit(&ticks, 4);"]
+            body += [f"    ub_emit(ub_c{i}_out{j}, sizeof ub_c{i}_out{j});"
+                     for j in range(len(outs))]
     parts.append(f"static uint8_t ub_scratch[{scratch}] __attribute__((aligned(16)));")
     parts.append("int main(void) {\n    int32_t status;\n    uint32_t t0, t1, ticks;\n"
                  "    UB_TIMER_START();\n" + "\n".join(body) + "\n    return 0;\n}\n")
@@ -136,8 +145,8 @@ def build(cases: list[Case], support: dict[str, str], target, work: Path) -> Pat
 
 def run(binary: Path, target, cases: list[Case], timeout: float = 600,
         emulator_options: tuple[str, ...] = ()) -> list[list]:
-    """Run the program; per case, per variant, (status, output array, timer ticks: SysTick
-    ticks of the call on Cortex-M, else 0)."""
+    """Run the program; per case, per variant, (status, output array (the outputs one after
+    the other), timer ticks: SysTick ticks of the call on Cortex-M, else 0)."""
     command = [str(binary)] if target.runs_on_host else target.emulator_command(str(binary))
     command[1:1] = emulator_options
     result = subprocess.run(command, capture_output=True, timeout=timeout)
@@ -148,13 +157,14 @@ def run(binary: Path, target, cases: list[Case], timeout: float = 600,
     for case in cases:
         per_variant = []
         for k in case.variants:
-            _, dtype, n = k.params[-1]
             status, ticks = (int(v) for v in np.frombuffer(data[at:at + 8], np.int32))
             at += 8
-            nbytes = n * np.dtype(dtype).itemsize
-            per_variant.append((status, np.frombuffer(data[at:at + nbytes], dtype).copy(),
-                                ticks))
-            at += nbytes
+            arrays = []
+            for _, dtype, n in _split(k)[1]:
+                nbytes = n * np.dtype(dtype).itemsize
+                arrays.append(np.frombuffer(data[at:at + nbytes], dtype))
+                at += nbytes
+            per_variant.append((status, np.concatenate(arrays), ticks))
         results.append(per_variant)
     if at != len(data):
         raise BuildError(f"the kernel program wrote {len(data)} bytes, {at} expected")

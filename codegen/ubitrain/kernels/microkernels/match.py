@@ -8,6 +8,10 @@ variant (direct, packed, pointwise: see templates/common/conv2d.c.j2) and the sc
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 PACK_BYTES = 16 * 1024  # the packed operand of one block of rows stays under this
 DIRECT_BYTES = 256 * 1024  # a padded image larger than this is packed in blocks instead
 # The columns of a col2im block: more than PACK_BYTES, as GEMMs over few dy rows leave vector
@@ -15,6 +19,11 @@ DIRECT_BYTES = 256 * 1024  # a padded image larger than this is packed in blocks
 # 10 columns a GEMM) 2.20 ms a step, 32 KB (5 rows) 1.98 ms, 64 KB (all 10) 1.90 ms; its arena
 # grows by the scratch: 18 KB (3%) at 32 KB, 48 KB at 64 KB.
 COLS_BYTES = 32 * 1024
+
+
+# BatchNorm planes (H * W) shorter than this keep the printed kernel: the micro-kernel sums
+# along a plane in vectors of up to 8 lanes (BatchNorm1d over [N, C] has planes of one).
+MIN_BN_PLANE = 8
 
 
 def _floats(info) -> bool:
@@ -258,10 +267,42 @@ def match_max_pool2d_backward(info: dict, out_shape: list[int]):
                                        relu=False, scratch_bytes=0)
 
 
+def match_batch_norm(info: dict, out_shape: list[int]):
+    """BatchNorm's statistics and its backward (lowering/batch_norm_kernels.py) over float32
+    x [N, C, ...]: channel by channel, in vector lanes along each plane of N * C planes, so a
+    plane shorter than a vector of lanes keeps the printed kernel."""
+    if not _floats(info):
+        return None
+    N, C, *plane = info["shapes"][0]
+    HW = math.prod(plane)
+    if HW < MIN_BN_PLANE:
+        return None
+    a = info["attrs"]
+    mode = "stats" if info["op"] == "batch_norm_stats" else "backward"
+    # dx may be written over x (in place): the template reads x before it writes dx
+    params = dict(mode=mode, N=N, C=C, HW=HW, acc=a["acc"], scratch_bytes=0,
+                  alias_safe=mode == "backward")
+    if mode == "stats":  # the constants of the TE kernel, rounded as it rounds them
+        m, count = a["momentum"], N * HW
+        params.update(momentum=_c_float(m, "float32"), keep=_c_float(1.0 - m, "float32"),
+                      unbiased=_c_float(m * count / (count - 1), "float32"),
+                      eps=_c_float(a["eps"], a["acc"]))
+    return "batch_norm", params
+
+
+def _c_float(value: float, dtype: str) -> str:
+    """`value` rounded to `dtype`, as an exact C literal (hexadecimal)."""
+    if dtype == "float64":
+        return float(value).hex()
+    return float(np.float32(value)).hex() + "f"
+
+
 MATCHERS = {"relax.nn.conv2d": match_conv2d,
             "relax.nn.conv2d_transpose": match_conv2d_transpose,
             "relax.matmul": match_matmul,
-            "relax.grad.max_pool2d_backward": match_max_pool2d_backward}
+            "relax.grad.max_pool2d_backward": match_max_pool2d_backward,
+            "batch_norm_stats": match_batch_norm,
+            "batch_norm_train_backward": match_batch_norm}
 
 
 def match(info: dict, out_shape: list[int]):

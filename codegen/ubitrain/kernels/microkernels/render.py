@@ -7,7 +7,7 @@ from pathlib import Path
 import jinja2
 
 from ..c_printer import CKernel
-from .manifest import FAMILIES, GEMM_CORES, SUPPORT, core_names, gemm_name
+from .manifest import FAMILIES, GEMM_CORES, LANE_FAMILIES, SUPPORT, core_names, gemm_name
 from .match import match
 from .tagging import op_info
 
@@ -35,8 +35,10 @@ def available(isa: str) -> bool:
     return isa in GEMM_CORES
 
 
-def tile(isa: str) -> str:
-    return GEMM_CORES[isa].tile
+def tile(isa: str, family: str | None = None) -> str:
+    """The tile token of a micro-kernel's name: the GEMM's register tile, or u<lanes>."""
+    core = GEMM_CORES[isa]
+    return f"u{core.lanes[1]}" if family in LANE_FAMILIES else core.tile
 
 
 def plan(func, isa: str):
@@ -56,17 +58,25 @@ def plan(func, isa: str):
 
 def render_kernel(func, isa: str, family: str, name: str, params: dict) -> CKernel:
     """The CKernel of a micro-kernel: called like the scalar kernel of `func` (its parameters
-    in order, output last, scratch first)."""
-    names = ["in0", "in1", "out"]
-    source = render_template(FAMILIES[family][0], name=name, isa=isa, a=names[0], b=names[1],
-                             out=names[2], run_sums=GEMM_CORES[isa].run_sums,
-                             **core_names(isa), **params)
+    in order, outputs last, scratch first). Parameters are named in0, in1, ... and out (out0,
+    out1, ... where there are several outputs); a, b and out name the first three."""
+    inputs = len(op_info(func)["shapes"])
+    outputs = len(func.params) - inputs
+    ins = [f"in{i}" for i in range(inputs)]
+    outs = ["out"] if outputs == 1 else [f"out{i}" for i in range(outputs)]
+    core = GEMM_CORES[isa]
+    source = render_template(FAMILIES[family][0], name=name, isa=isa, a=ins[0],
+                             b=(ins + [None])[1], out=outs[0], ins=ins, outs=outs,
+                             run_sums=core.run_sums, lanes=core.lanes[0], **core_names(isa),
+                             **params)
     tensors = []
-    for cname, buffer in zip(names, func.params):
+    for cname, buffer in zip(ins + outs, func.params):
         elements = 1
         for d in buffer.shape:
             elements *= int(d)
         tensors.append((cname, str(buffer.dtype), elements))
-    return CKernel(name=name, source=source, params=tensors, written={len(tensors) - 1},
+    return CKernel(name=name, source=source, params=tensors,
+                   written=set(range(inputs, len(tensors))),
                    scratch_bytes=params["scratch_bytes"],
-                   notes=[f"micro-kernel {family} for {isa}"])
+                   notes=[f"micro-kernel {family} for {isa}"],
+                   alias_safe=params.get("alias_safe", False))
