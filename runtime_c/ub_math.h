@@ -24,6 +24,20 @@ static inline float ub_pick_f32(int c, float a, float b) {
     return r;
 }
 
+/* max(x, k) and min(x, k) against a bound k that is no NaN (ReLU, clip), PyTorch's way: a NaN
+ * x fails the one compare and is passed on; where x equals k, x is kept (relu(-0.0f) is -0.0f,
+ * which compares equal to PyTorch's +0.0f). With float SIMD, x is chosen on bits: the macro
+ * UB_FMAX_K's ?: read x twice, and over an in-place buffer GCC threaded it into branches (an
+ * in-place add+ReLU ran scalar on AArch64 at -O3). A scalar FPU (Cortex-M, Hexagon) selects
+ * in one instruction or two, where the bit choice would cost integer moves. */
+#if defined(__ARM_NEON) || defined(__SSE2__)
+static inline float ub_fmax_k_f32(float x, float k) { return ub_pick_f32(k > x, k, x); }
+static inline float ub_fmin_k_f32(float x, float k) { return ub_pick_f32(k < x, k, x); }
+#else
+static inline float ub_fmax_k_f32(float x, float k) { return k > x ? k : x; }
+static inline float ub_fmin_k_f32(float x, float k) { return k < x ? k : x; }
+#endif
+
 /* bit operations, never calls (hexagon-v66's freestanding libm has no copysignf) */
 #if defined(__GNUC__)
 #define UB_FABSF(x) __builtin_fabsf(x)

@@ -26,7 +26,8 @@
 #define UB_FMAX(a, b) ((((a) != (a)) | ((a) > (b))) ? (a) : (b))
 /* The same against a bound k that is no NaN (clip, ReLU): a NaN x fails the one compare and
  * is passed on. Where x equals k, x is kept: relu(-0.0f) is -0.0f (PyTorch gives +0.0f,
- * which compares equal and gives the same sums downstream). */
+ * which compares equal and gives the same sums downstream). float32 kernels use
+ * ub_fmax_k_f32 / ub_fmin_k_f32 (ub_math.h), which read x once. */
 #define UB_FMIN_K(x, k) (((k) < (x)) ? (k) : (x))
 #define UB_FMAX_K(x, k) (((k) > (x)) ? (k) : (x))
 #define UB_TRY(call)                  \

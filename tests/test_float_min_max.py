@@ -1,6 +1,7 @@
 """runtime_c's UB_FMIN / UB_FMAX (ReLU, ReLU6/clamp, max-pool in the printed kernels) and
-their forms against a constant bound, UB_FMIN_K / UB_FMAX_K, give PyTorch's values, NaN
-included, also when -O3 vectorises the loop that uses them."""
+their forms against a constant bound (ub_fmin_k_f32 / ub_fmax_k_f32 in float32, the macros
+UB_FMIN_K / UB_FMAX_K otherwise) give PyTorch's values, NaN included, also when -O3
+vectorises the loop that uses them; an in-place ReLU over an add vectorises on AArch64."""
 
 import shutil
 import subprocess
@@ -26,7 +27,8 @@ int main(void) {
 
 
 @pytest.mark.parametrize("relu6", ["UB_FMAX(UB_FMIN(v, 6.0f), 0.0f)",
-                                   "UB_FMAX_K(UB_FMIN_K(v, 6.0f), 0.0f)"])
+                                   "UB_FMAX_K(UB_FMIN_K(v, 6.0f), 0.0f)",
+                                   "ub_fmax_k_f32(ub_fmin_k_f32(v, 6.0f), 0.0f)"])
 def test_clamp_of_the_runtime_matches_pytorch_with_nan_and_inf(tmp_path, relu6):
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
@@ -55,5 +57,31 @@ def test_printer_uses_the_one_compare_form_only_against_a_constant_bound():
     pair = te.compute((64,), lambda i: te.min(x[i], z[i]), name="y")
     relu6_c = KernelLibrary("scalar").add(te.create_prim_func([x, relu6]), "relu6").source
     pair_c = KernelLibrary("scalar").add(te.create_prim_func([x, z, pair]), "pair").source
-    assert "UB_FMAX_K(UB_FMIN_K(" in relu6_c and "UB_FMIN(" not in relu6_c
-    assert "UB_FMIN(" in pair_c and "_K(" not in pair_c  # z may be NaN: both tests
+    assert "ub_fmax_k_f32(ub_fmin_k_f32(" in relu6_c and "UB_FMIN(" not in relu6_c
+    assert "UB_FMIN(" in pair_c and "_k_f32(" not in pair_c  # z may be NaN: both tests
+
+
+def test_in_place_relu_of_an_add_vectorises_on_aarch64(tmp_path):
+    """A per-channel add and ReLU written over its input (digits_cnn's second conv: planes
+    of 4x4): with UB_FMAX_K's ?:, which reads x twice, GCC 12 -O3 threaded the loop into
+    branches on AArch64 and ran it one element at a time."""
+    from test_targets import require_tools
+    from tvm import te
+
+    from ubitrain.kernels.library import KernelLibrary
+
+    require_tools("aarch64-neon")
+    x = te.placeholder((2, 16, 4, 4), name="x")
+    b = te.placeholder((16,), name="b")
+    y = te.compute(x.shape, lambda n, c, h, w: te.max(x[n, c, h, w] + b[c], 0.0), name="y")
+    library = KernelLibrary("neon")
+    kernel = library.add(te.create_prim_func([x, b, y]), "add_relu")
+    variant = library.in_place_variant(kernel.name, {0: 2})
+    assert "read through" in variant.source  # the in-place variant: x through y's pointer
+    (tmp_path / "k.c").write_text(f'#include "ub_runtime.h"\n{variant.source}\n'
+                                  f"void *ub_keep = (void *){variant.name};\n")
+    build = subprocess.run(["aarch64-linux-gnu-gcc", "-O3", "-march=armv8-a", "-std=gnu99",
+                            "-fno-math-errno", f"-I{RUNTIME_C}", "-fopt-info-vec-optimized",
+                            "-c", str(tmp_path / "k.c"), "-o", str(tmp_path / "k.o")],
+                           capture_output=True, text=True, check=True)
+    assert "vectorized" in build.stderr, build.stderr

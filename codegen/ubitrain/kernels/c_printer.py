@@ -206,7 +206,12 @@ class _Printer:
                 if isinstance(a, prim.FloatImm) and not isinstance(b, prim.FloatImm):
                     a, b = b, a
                 if isinstance(b, prim.FloatImm) and b.value == b.value:
-                    macro += "_K"  # a bound that is no NaN (clip, ReLU): one compare
+                    # a bound that is no NaN (clip, ReLU): one compare; in float32 a choice
+                    # on bits (runtime_c/ub_math.h), which GCC keeps branch-free
+                    if dtype_of(e) == "float32":
+                        fn = "ub_fmin_k_f32" if t is prim.Min else "ub_fmax_k_f32"
+                        return f"{fn}({self.expr(a)}, {self.expr(b)})"
+                    macro += "_K"
             return f"{macro}({self.expr(a)}, {self.expr(b)})"
         if t is prim.Not:
             return f"(!{self.expr(e.a)})"
