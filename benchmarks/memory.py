@@ -23,6 +23,11 @@ Per model and batch, with SGD (momentum 0.9, so one optimizer state tensor per p
   paging, memory/budget.py): the arena it reaches and the extra cost of the plan in the
   host cost model (memory/cost_model.py) as a share of one plain step; "infeasible" when
   no plan fits (the error's smallest budget is then given).
+* least: the smallest arena any budget reaches (the smallest budget the compiler accepts)
+  and its extra cost in the host cost model.
+* floor: the persistent state (parameters, BatchNorm buffers, momentum) over PyTorch's peak:
+  no plan that trains every parameter in fp32 with this optimizer can use less memory than
+  its state, so no budget brings arena/PT below this ratio.
 """
 
 import argparse
@@ -93,18 +98,27 @@ def pytorch_memory(name: str, batch: int) -> dict:
                 pytorch_saved_activations=sum(saved.values()))
 
 
-def half_pytorch(name: str, batch: int, out_root: Path, pytorch_peak: int) -> dict:
+def _budgeted(name: str, batch: int, out_dir: Path, budget: int) -> dict:
+    """The arena and extra cost of the plan at `budget`, or the smallest budget that works."""
     model, x, y = _batch(name, batch)
     try:
         pkg = ub.compile(model, (x,), y, optimizer=ub.SGD(lr=0.01, momentum=0.9),
-                         memory_budget=pytorch_peak // 2, out_dir=out_root / f"{name}_half")
+                         memory_budget=budget, out_dir=out_dir)
     except ub.CompileError as err:
         smallest = str(err).split("smallest budget that works is ")[1].split(" ")[0]
-        return dict(half_pt_arena=None, half_pt_overhead=None,
-                    half_pt_smallest=int(smallest.replace(",", "")))
-    report = pkg.memory_plan.budget
-    return dict(half_pt_arena=pkg.memory_plan.arena_bytes, half_pt_overhead=report.overhead,
-                half_pt_smallest=None)
+        return dict(arena=None, overhead=None, smallest=int(smallest.replace(",", "")))
+    return dict(arena=pkg.memory_plan.arena_bytes, overhead=pkg.memory_plan.budget.overhead,
+                smallest=None)
+
+
+def half_pytorch(name: str, batch: int, out_root: Path, pytorch_peak: int) -> dict:
+    """At half of PyTorch's peak; and the least memory any plan reaches (at what cost)."""
+    half = _budgeted(name, batch, out_root / f"{name}_half", pytorch_peak // 2)
+    smallest = half["smallest"] or _budgeted(name, batch, out_root / f"{name}_1", 1)["smallest"]
+    least = _budgeted(name, batch, out_root / f"{name}_least", smallest)
+    return dict(half_pt_arena=half["arena"], half_pt_overhead=half["overhead"],
+                half_pt_smallest=half["smallest"], least_arena=least["arena"],
+                least_overhead=least["overhead"])
 
 
 def ubitrain_memory(name: str, batch: int, out_root: Path) -> dict:
@@ -146,8 +160,9 @@ def main():
     rows = []
     header = (f"{'model':<19}{'b':>2} {'PyTorch peak':>13} {'PT model':>11} {'no reuse':>11} "
               f"{'before':>11} {'arena':>11} {'bound':>11} {'in place':>10}  "
-              f"{'arena/PT':>8} {'noreuse/arena':>13} {'before/LB':>9} {'arena/LB':>8}  "
-              f"{'budget PT/2: arena, extra cost'}")
+              f"{'arena/PT':>8} {'floor':>6} {'noreuse/arena':>13} {'before/LB':>9} "
+              f"{'arena/LB':>8}  "
+              f"{'budget PT/2: arena, extra cost; least arena, extra cost'}")
     print(header)
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
@@ -156,6 +171,7 @@ def main():
                          **ubitrain_memory(name, batch, Path(tmp)))
                 r.update(half_pytorch(name, batch, Path(tmp), r["pytorch_peak"]))
                 r["arena_over_pytorch_peak"] = round(r["arena"] / r["pytorch_peak"], 3)
+                r["floor_over_pytorch_peak"] = round(r["persistent"] / r["pytorch_peak"], 3)
                 r["arena_over_lower_bound"] = round(r["arena"] / r["lower_bound"], 4)
                 r["before_over_lower_bound"] = round(r["before_arena"] /
                                                      r["before_lower_bound"], 4)
@@ -163,14 +179,17 @@ def main():
                 print(f"{name:<19}{batch:>2} {r['pytorch_peak']:>13,} {r['pytorch_model']:>11,} "
                       f"{r['no_reuse']:>11,} {r['before_arena']:>11,} {r['arena']:>11,} "
                       f"{r['lower_bound']:>11,} {r['in_place_bytes']:>10,}  "
-                      f"{r['arena_over_pytorch_peak']:>8.3f} "
+                      f"{r['arena_over_pytorch_peak']:>8.3f} {r['floor_over_pytorch_peak']:>6.3f} "
                       f"{r['no_reuse'] / r['arena']:>13.2f} "
                       f"{r['before_over_lower_bound']:>9.4f} {r['arena_over_lower_bound']:>8.4f}  "
                       + (f"{r['half_pt_arena']:,} ({r['half_pt_arena'] / r['pytorch_peak']:.3f} "
                          f"of PT), +{r['half_pt_overhead']:.1%}" if r["half_pt_arena"] else
-                         f"infeasible (smallest {r['half_pt_smallest']:,})"), flush=True)
+                         f"infeasible (smallest {r['half_pt_smallest']:,})")
+                      + f"; least {r['least_arena'] / r['pytorch_peak']:.3f} of PT, "
+                        f"+{r['least_overhead']:.1%}", flush=True)
     print("bytes; PyTorch peak: torch.profiler memory timeline of one SGD-momentum step "
-          "(input excluded); PT model: params+grads+momentum+buffers+saved activations")
+          "(input excluded); PT model: params+grads+momentum+buffers+saved activations; "
+          "floor: persistent state / PyTorch peak, the least arena/PT of any plan")
     write_json(args.out, rows)
 
 
