@@ -16,6 +16,7 @@ from ..errors import CompileError
 from ..lowering.tir_lower import lower_prim_func
 from . import microkernels
 from .c_printer import CKernel, print_kernel
+from .microkernels.manifest import LANE_FAMILIES
 from .schedules import schedule
 
 DTYPE_TOKENS = {"float32": "f32", "int8": "s8", "int32": "s32", "int64": "s64", "bool": "b8"}
@@ -44,7 +45,7 @@ class KernelLibrary:
         planned = None if aliases else microkernels.plan(func, self.isa)
         if planned is not None:
             kernel = self._add_microkernel(func, dtype, *planned)
-            if kernel.alias_safe:  # the in-place analysis reads the TIR it stands for
+            if planned[0] in LANE_FAMILIES:  # costed and paired in place by the TIR it replaces
                 self.lowered[kernel.name] = self._lower(func, op_name)
             self._by_hash.setdefault(key, []).append((func, kernel))
             return kernel

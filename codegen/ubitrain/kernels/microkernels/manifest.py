@@ -41,7 +41,9 @@ GEMM_CORES = {
                      lanes=("x86/lanes.c.j2", 8)),
 }
 
-# Families whose kernel name's tile is the ISA's reduction lanes, not its GEMM tile.
+# Families whose kernel name's tile is the ISA's reduction lanes, not its GEMM tile. They do
+# the work of the kernel they replace, loop for loop, so the cost model (memory/cost_model.py)
+# and the in-place analysis (program/inplace.py) read that kernel's TIR for them.
 LANE_FAMILIES = {"batch_norm"}
 
 # family -> (template, op token of the kernel name per mode)
