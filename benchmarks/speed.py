@@ -34,7 +34,11 @@ is 6 x MACs. Elementwise ops, BatchNorm, pooling, the loss and the update are no
 not compute, is counted all the same. GFLOP/s = that count / median C step time.
 
 The roof is this machine's single-thread SGEMM rate: numpy's `matmul` of two 512 x 512
-float32 matrices with BLAS limited to one thread (threadpoolctl), the best of several runs.
+float32 matrices with BLAS limited to one thread (threadpoolctl), timed as one more side of
+every model's interleaved rounds (its median there), so that the step and the roof it is
+measured against see the same machine: a roof timed once before the run read 93 and 51
+GFLOP/s on two runs of this shared machine. The best of 20 products before the run is
+printed too.
 """
 
 from __future__ import annotations
@@ -81,13 +85,22 @@ def interleaved_medians(steps: dict, repeat: int, warmup: int) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def sgemm_roof(n: int = 512) -> float:
-    """Single-thread SGEMM GFLOP/s of numpy's BLAS (best of several runs)."""
-    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
-    b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
+ROOF_N = 512  # the SGEMM of the roof: ROOF_N x ROOF_N times ROOF_N x ROOF_N
+
+
+def sgemm() -> callable:
+    """One single-thread float32 SGEMM of numpy's BLAS, 2 * ROOF_N^3 FLOPs."""
+    a = np.random.default_rng(0).standard_normal((ROOF_N, ROOF_N), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((ROOF_N, ROOF_N), dtype=np.float32)
+    return lambda: a @ b
+
+
+def sgemm_roof() -> float:
+    """Single-thread SGEMM GFLOP/s of numpy's BLAS (best of 20 runs)."""
+    product = sgemm()
     with threadpool_limits(limits=1):
-        best = min(_time_once(lambda: a @ b) for _ in range(20))
-    return 2 * n**3 / best / 1e9
+        best = min(_time_once(product) for _ in range(20))
+    return 2 * ROOF_N**3 / best / 1e9
 
 
 def _time_once(fn) -> float:
@@ -195,26 +208,30 @@ def measure(name: str, batch: int, root: Path, args) -> dict:
     c_step, api_step, compile_s, build_s, kernels = c_steps(model, x, y, root / f"{name}_b{batch}")
     row.update(compile_seconds=compile_s, cmake_build_seconds=build_s, kernels=kernels)
     torch.manual_seed(0)
-    steps = dict(c=c_step, c_step_api=api_step, torch=torch_step(entry.factory(), x, y))
+    steps = dict(c=c_step, c_step_api=api_step, torch=torch_step(entry.factory(), x, y),
+                 sgemm=sgemm())
     if not args.no_tvm:
         try:
             torch.manual_seed(0)
             steps["tvm"], row["tvm_compile_seconds"] = tvm_step(entry.factory(), x, y)
         except Exception as err:  # reported, not hidden
             row["tvm_error"] = f"{type(err).__name__}: {str(err).splitlines()[-1][:200]}"
-    medians = interleaved_medians(steps, args.repeat, args.warmup)
+    with threadpool_limits(limits=1):
+        medians = interleaved_medians(steps, args.repeat, args.warmup)
     row.update({f"{side}_seconds": t for side, t in medians.items()})
     row["c_gflops"] = flops / row["c_seconds"] / 1e9
+    row["roof_gflops"] = 2 * ROOF_N**3 / row.pop("sgemm_seconds") / 1e9
     return row
 
 
-def print_row(r: dict, roof: float):
+def print_row(r: dict):
     tvm_s = r.get("tvm_seconds")
     tvm_txt = (f"{tvm_s * 1e3:9.3f} {tvm_s / r['c_seconds']:6.2f}x" if tvm_s
                else f"{'n/a':>9} {'':>7}")
     print(f"{r['model']:<19}{r['batch']:>4} {r['c_seconds'] * 1e3:9.3f} "
           f"{r['torch_seconds'] * 1e3:9.3f} {r['torch_seconds'] / r['c_seconds']:6.2f}x "
-          f"{tvm_txt} {r['c_gflops']:7.2f} {100 * r['c_gflops'] / roof:5.1f}% "
+          f"{tvm_txt} {r['c_gflops']:7.2f} {r['roof_gflops']:6.1f} "
+          f"{100 * r['c_gflops'] / r['roof_gflops']:5.1f}% "
           f"{r['compile_seconds']:7.2f} {r['cmake_build_seconds']:6.2f} "
           f"{r['c_step_api_seconds'] * 1e3:9.3f}", flush=True)
     if "tvm_error" in r:
@@ -233,15 +250,17 @@ def main():
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     roof = sgemm_roof()
-    print(f"single-thread SGEMM roof (numpy 512x512 float32): {roof:.1f} GFLOP/s")
+    print(f"single-thread SGEMM roof (numpy {ROOF_N}x{ROOF_N} float32), best of 20 before the "
+          f"run: {roof:.1f} GFLOP/s; per model, its median in the interleaved rounds")
     print(f"{'model':<19}{'b':>4} {'C ms':>9} {'torch ms':>9} {'t/C':>7} {'TVM ms':>9} "
-          f"{'TVM/C':>7} {'GFLOP/s':>7} {'roof':>6} {'compile':>7} {'cmake':>6} {'step() ms':>9}")
+          f"{'TVM/C':>7} {'GFLOP/s':>7} {'roof':>6} {'of roof':>6} {'compile':>7} {'cmake':>6} "
+          f"{'step() ms':>9}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
             for batch in args.batch:
                 rows.append(measure(name, batch, Path(tmp), args))
-                print_row(rows[-1], roof)
+                print_row(rows[-1])
     write_json(args.out, dict(
         machine=dict(cpu=platform.processor() or platform.machine(),
                      python=platform.python_version(), torch=torch.__version__),
