@@ -67,7 +67,7 @@ def step_kernels(model_name: str, batch: int, isa: str, accumulate: str):
 
 def inputs_for(kernel, rng) -> list[np.ndarray]:
     arrays = []
-    for _, dtype, n in (p for i, p in enumerate(kernel.params) if i not in kernel.written):
+    for _, dtype, n in harness.split_params(kernel)[0]:
         if np.dtype(dtype).kind == "f":
             arrays.append(rng.standard_normal(n).astype(dtype))
         else:  # labels and indices: a valid class index everywhere

@@ -111,7 +111,7 @@ def _budgeted(name: str, batch: int, out_dir: Path, budget: int) -> dict:
                 smallest=None)
 
 
-def half_pytorch(name: str, batch: int, out_root: Path, pytorch_peak: int) -> dict:
+def budget_points(name: str, batch: int, out_root: Path, pytorch_peak: int) -> dict:
     """At half of PyTorch's peak; and the least memory any plan reaches (at what cost)."""
     half = _budgeted(name, batch, out_root / f"{name}_half", pytorch_peak // 2)
     smallest = half["smallest"] or _budgeted(name, batch, out_root / f"{name}_1", 1)["smallest"]
@@ -169,7 +169,7 @@ def main():
             for batch in args.batch:
                 r = dict(model=name, batch=batch, **pytorch_memory(name, batch),
                          **ubitrain_memory(name, batch, Path(tmp)))
-                r.update(half_pytorch(name, batch, Path(tmp), r["pytorch_peak"]))
+                r.update(budget_points(name, batch, Path(tmp), r["pytorch_peak"]))
                 r["arena_over_pytorch_peak"] = round(r["arena"] / r["pytorch_peak"], 3)
                 r["floor_over_pytorch_peak"] = round(r["persistent"] / r["pytorch_peak"], 3)
                 r["arena_over_lower_bound"] = round(r["arena"] / r["lower_bound"], 4)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from test_targets import require_tools
 
 from ubitrain.kernels.library import KernelLibrary
-from ubitrain.kernels.microkernels import harness
+from ubitrain.kernels.microkernels import harness, plan, tile
 from ubitrain.kernels.microkernels.cases import (
     batch_norm_funcs,
     conv2d_funcs,
@@ -259,7 +259,8 @@ def test_microkernel_matches_scalar_and_pytorch(isa_run, index):
     case, ((s_status, scalar, _), (m_status, micro, _)), (want, magnitude, terms) = \
         cases[index], results[index], refs[index]
     assert case.variants[0].name.endswith("__scalar")
-    assert re.search(rf"_ukernel_(u\d+|{GEMM_CORES[isa].tile})__{isa}$", case.variants[1].name), \
+    family = plan(FUNCS[index][1], isa)[0]
+    assert case.variants[1].name.endswith(f"_ukernel_{tile(isa, family)}__{isa}"), \
         case.variants[1].name
     assert s_status == 0 and m_status == 0
     bound = terms * 2.0**-24 * magnitude + 1e-30

@@ -85,7 +85,7 @@ class Case:
     inputs: list[np.ndarray]
 
 
-def _split(kernel: CKernel) -> tuple[list, list]:
+def split_params(kernel: CKernel) -> tuple[list, list]:
     """(inputs, outputs) of a kernel's parameters, each in call order."""
     ins = [p for i, p in enumerate(kernel.params) if i not in kernel.written]
     return ins, [p for i, p in enumerate(kernel.params) if i in kernel.written]
@@ -95,7 +95,7 @@ def program_source(cases: list[Case], support: dict[str, str]) -> str:
     parts = [PRELUDE, *support.values()]
     body, scratch = [], 16
     for i, case in enumerate(cases):
-        ins, outs = _split(case.variants[0])
+        ins, outs = split_params(case.variants[0])
         for j, (arr, (_, dtype, n)) in enumerate(zip(case.inputs, ins)):
             assert arr.size == n, (case.label, arr.shape, n)
             # Writable and external: the compiler must read the inputs after ub_mark, and
@@ -160,7 +160,7 @@ def run(binary: Path, target, cases: list[Case], timeout: float = 600,
             status, ticks = (int(v) for v in np.frombuffer(data[at:at + 8], np.int32))
             at += 8
             arrays = []
-            for _, dtype, n in _split(k)[1]:
+            for _, dtype, n in split_params(k)[1]:
                 nbytes = n * np.dtype(dtype).itemsize
                 arrays.append(np.frombuffer(data[at:at + nbytes], dtype))
                 at += nbytes

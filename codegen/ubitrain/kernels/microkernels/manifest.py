@@ -21,9 +21,9 @@ class GemmCore:
     # vectors of four sums a direct run (templates/common/direct_run.c.j2) may keep in
     # registers: half of the ISA's vector registers, the rest for the loaded operands
     run_sums: int = 4
-    # the vector lanes of the channel reductions (common/batch_norm.c.j2): the template
-    # and the floats a step (its LANES), which name those kernels' tile: u<lanes>
-    lanes: tuple[str, int] = ("common/lanes_plain.c.j2", 4)
+    # the vector lanes of the channel reductions (common/batch_norm.c.j2); the floats a step,
+    # the template's LANES, name those kernels' tile: u<LANES>
+    lanes: str = "common/lanes_plain.c.j2"
 
     @property
     def tile(self) -> str:
@@ -32,13 +32,13 @@ class GemmCore:
 
 GEMM_CORES = {
     "neon": GemmCore("neon/gemm.c.j2", 6, 8, "arm_neon.h", run_sums=16,
-                     lanes=("neon/lanes.c.j2", 8)),
+                     lanes="neon/lanes.c.j2"),
     # Cortex-M4F/M7: the scalar FPU, register-blocked (CMSIS-DSP's token; no CMSIS code);
     # a vector of four is four of its 32 single registers
     "cmsis_dsp": GemmCore("cmsis_dsp/gemm.c.j2", 4, 4, "math.h"),
     # x86-64 hosts: AVX2 + FMA behind a run-time CPU check, plain C otherwise (XNNPACK's token)
     "avx2": GemmCore("x86/gemm.c.j2", 6, 16, "immintrin.h", nt_tile="3x3", run_sums=8,
-                     lanes=("x86/lanes.c.j2", 8)),
+                     lanes="x86/lanes.c.j2"),
 }
 
 # Families whose kernel name's tile is the ISA's reduction lanes, not its GEMM tile. They do

@@ -38,7 +38,9 @@ def available(isa: str) -> bool:
 def tile(isa: str, family: str | None = None) -> str:
     """The tile token of a micro-kernel's name: the GEMM's register tile, or u<lanes>."""
     core = GEMM_CORES[isa]
-    return f"u{core.lanes[1]}" if family in LANE_FAMILIES else core.tile
+    if family in LANE_FAMILIES:  # the floats a step of the ISA's lanes, as its template sets
+        return f"u{_ENV.get_template(core.lanes).module.LANES}"
+    return core.tile
 
 
 def plan(func, isa: str):
@@ -67,7 +69,7 @@ def render_kernel(func, isa: str, family: str, name: str, params: dict) -> CKern
     core = GEMM_CORES[isa]
     source = render_template(FAMILIES[family][0], name=name, isa=isa, a=ins[0],
                              b=(ins + [None])[1], out=outs[0], ins=ins, outs=outs,
-                             run_sums=core.run_sums, lanes=core.lanes[0], **core_names(isa),
+                             run_sums=core.run_sums, lanes=core.lanes, **core_names(isa),
                              **params)
     tensors = []
     for cname, buffer in zip(ins + outs, func.params):
