@@ -18,9 +18,11 @@ class GemmCore:
     nr: int  # columns of C held in registers
     header: str  # the intrinsics header the core includes
     nt_tile: str = "4x4"  # rows x columns of C of the NT GEMM (the conv weight gradient)
-    # vectors of four sums a direct run (templates/common/direct_run.c.j2) may keep in
+    # vectors of sums a direct run (templates/common/direct_run.c.j2) may keep in
     # registers: half of the ISA's vector registers, the rest for the loaded operands
     run_sums: int = 4
+    # the floats of one vector of those sums (common/direct_run.c.j2)
+    vec: int = 4
     # the vector lanes of the channel reductions (common/batch_norm.c.j2); the floats a step,
     # the template's LANES, name those kernels' tile: u<LANES>
     lanes: str = "common/lanes_plain.c.j2"
@@ -37,7 +39,7 @@ GEMM_CORES = {
     # a vector of four is four of its 32 single registers
     "cmsis_dsp": GemmCore("cmsis_dsp/gemm.c.j2", 4, 4, "math.h"),
     # x86-64 hosts: AVX2 + FMA behind a run-time CPU check, plain C otherwise (XNNPACK's token)
-    "avx2": GemmCore("x86/gemm.c.j2", 6, 16, "immintrin.h", nt_tile="3x3", run_sums=8,
+    "avx2": GemmCore("x86/gemm.c.j2", 6, 16, "immintrin.h", nt_tile="3x3", run_sums=8, vec=8,
                      lanes="x86/lanes.c.j2"),
 }
 
