@@ -71,6 +71,7 @@ DEPTHWISE_CASES = [
     ((3, 4, 8, 8), (4, 1, 5, 5), (2, 2), (1, 1)),
     ((2, 6, 6, 10), (6, 1, 3, 3), (0, 0), (1, 1)),
     ((1, 3, 5, 21), (3, 1, 3, 3), (1, 1), (1, 1)),  # rows of 21: a run of 16, then 4 + 1
+    ((2, 3, 6, 3), (3, 1, 3, 3), (1, 1), (1, 1)),  # rows of 3: single sums only
 ]
 # BatchNorm statistics and backward: x shapes; planes of 30 leave a tail of 6 (vectors of 8)
 # or 2 (of 4); accumulated in float64 and in float32 (cortex-m4, hexagon-v66) alike.
