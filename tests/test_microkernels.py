@@ -64,7 +64,10 @@ MAX_POOL_CASES = [((2, 3, 6, 6), (2, 2), (2, 2), (0, 0), (1, 1), False),
 # would give 4x4 taps), that of (2, 2, 7, 10) its right padding
 STRIDED_DEPTHWISE_CASES = [((2, 4, 9, 9), (4, 1, 3, 3), (2, 2), (1, 1)),
                            ((1, 3, 8, 8), (3, 1, 3, 3), (2, 2), (1, 1)),
-                           ((2, 2, 7, 10), (2, 1, 3, 2), (2, 3), (0, 1))]
+                           ((2, 2, 7, 10), (2, 1, 3, 2), (2, 3), (0, 1)),
+                           # data gradients with phase rows of 4 and 8: vectors of sums
+                           ((2, 3, 16, 16), (3, 1, 3, 3), (2, 2), (1, 1)),
+                           ((1, 2, 32, 32), (2, 1, 3, 3), (2, 2), (1, 1))]
 # depthwise (groups = channels): (x shape, w shape, padding, dilation), stride 1
 DEPTHWISE_CASES = [
     ((2, 5, 9, 7), (5, 1, 3, 3), (1, 1), (1, 1)),
