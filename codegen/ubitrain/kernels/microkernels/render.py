@@ -69,8 +69,8 @@ def render_kernel(func, isa: str, family: str, name: str, params: dict) -> CKern
     core = GEMM_CORES[isa]
     source = render_template(FAMILIES[family][0], name=name, isa=isa, a=ins[0],
                              b=(ins + [None])[1], out=outs[0], ins=ins, outs=outs,
-                             run_sums=core.run_sums, vec=core.vec, lanes=core.lanes, **core_names(isa),
-                             **params)
+                             run_sums=core.run_sums, vec=core.vec, lanes=core.lanes,
+                             **core_names(isa), **params)
     tensors = []
     for cname, buffer in zip(ins + outs, func.params):
         elements = 1
