@@ -17,6 +17,19 @@ _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks
                           undefined=jinja2.StrictUndefined)
 
 
+def vector_segments(width: int, vec: int) -> list[tuple[int, int]]:
+    """(first column, floats) of each sum of a direct run over `width` columns: vectors of
+    `vec` floats, then one of 4 where `vec` is wider and four columns are left, then single
+    floats (common/direct_run.c.j2)."""
+    full = width - width % vec
+    half = 4 if vec > 4 and width % vec >= 4 else 0
+    return ([(j, vec) for j in range(0, full, vec)] + ([(full, 4)] if half else [])
+            + [(j, 1) for j in range(full + half, width)])
+
+
+_ENV.globals["vector_segments"] = vector_segments
+
+
 def render_template(template: str, **params) -> str:
     return _ENV.get_template(template).render(**params)
 
