@@ -123,6 +123,10 @@ def batch_norm_inputs(func, x, rng):
     float32 (as the forward saves them), so that PyTorch's own backward is the reference."""
     channels = x.shape[1]
     if op_info(func)["op"] == "batch_norm_stats":  # x, running mean, running variance
+        # means far from zero against a spread of one: a variance taken as the mean square
+        # less the squared mean, unshifted, loses it (float32 sums: most of its digits)
+        x = x + np.float32(64) * np.arange(channels, dtype=np.float32).reshape(
+            (1, channels) + (1,) * (x.ndim - 2))
         return [x, rng.standard_normal(channels).astype(np.float32),
                 rng.uniform(0.5, 2, channels).astype(np.float32)]
     axes = (0,) + tuple(range(2, x.ndim))
