@@ -45,6 +45,9 @@ CONV_CASES = [
     ((2, 2, 8, 8), (3, 2, 3, 3), (2, 2), (1, 1), (1, 1)),  # dW without bottom/right padding
     ((2, 2, 8, 8), (3, 2, 3, 3), (2, 2), (0, 0), (1, 1)),  # dW of the input less a row, column
     ((2, 8, 6, 6), (12, 8, 1, 1), (1, 1), (0, 0), (1, 1)),
+    # 1x1 weight gradients as GEMMs: dw (O >= C), then dw^T (O < C), both transposed
+    ((2, 16, 5, 7), (19, 16, 1, 1), (1, 1), (0, 0), (1, 1)),
+    ((2, 21, 3, 5), (16, 21, 1, 1), (1, 1), (0, 0), (1, 1)),
     ((1, 1, 30, 30), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1)),  # several packed row blocks
     ((2, 3, 7, 19), (1, 3, 3, 3), (1, 1), (1, 1), (1, 1)),  # one output channel: direct runs
     # the data gradient into one channel of narrow rows: several rows to a run (and the rest)

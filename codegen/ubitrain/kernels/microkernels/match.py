@@ -26,6 +26,13 @@ COLS_BYTES = 32 * 1024
 MIN_BN_PLANE = 8
 
 
+# The weight gradient of a 1x1 conv is a GEMM with the smaller of O and C along the vector
+# lanes (two vectors of eight) where both are at least this, else gemm_nt along HW.
+# mobilenetv2_small b32 on AVX2: O=64, C=16 65 us against 87; O=16, C=64 63 us against 95;
+# O=32, C=8 100 against 110 but O=8, C=8 49 against 33.
+POINTWISE_LANES = 16
+
+
 def _floats(info) -> bool:
     return all(d == "float32" for d in info["dtypes"])
 
@@ -71,6 +78,12 @@ def _variant(p: dict, stride_one: bool, Hp: int, Wp: int, top: int, left: int) -
         and 4 * packed_bytes <= out_bytes
     if p["pointwise"]:
         p["variant"] = "pointwise"
+        if p["mode"] == "bwd_weight":  # the transposed operand, then dw^T where O < C
+            outs, ins = p["O"], p["C"]
+            pre = _align(4 * min(outs, ins) * p["H"] * p["W"])
+            p["scratch_bytes"] = pre + (_align(4 * outs * ins) if outs < ins else 0)
+            p["wt_offset"] = pre
+            return p
     elif stride_one and not thin and p["C"] * Hp * Wp * 4 <= DIRECT_BYTES and top >= 0 \
             and left >= 0:
         p.update(variant="direct", Hp=Hp, Wp=Wp, top=top, left=left, image_offset=_align(4 * K),
@@ -187,7 +200,10 @@ def match_conv2d(info: dict, out_shape: list[int]):
     else:
         return None
     K = C * KH * KW
-    pointwise = mode == "forward" and _pointwise(KH, KW, sh, sw, a["padding"])
+    # The weight gradient's GEMM puts O or C along the vector lanes: where either is under
+    # POINTWISE_LANES, the NT GEMM of the direct variant sums along HW instead.
+    pointwise = _pointwise(KH, KW, sh, sw, a["padding"]) and (
+        mode == "forward" or min(OC, C) >= POINTWISE_LANES)
     p = dict(mode=mode, pointwise=pointwise, N=N, C=C, H=H, W=W, O=OC, KH=KH, KW=KW, OH=OH,
              OW=OW, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, K=K, rows=_rows(K * OW, OH),
              packed_cols=OW)
