@@ -44,6 +44,7 @@ CONV_CASES = [
     # a dilated conv: its conv2d_transpose refuses the output padding it asks for)
     ((2, 2, 8, 8), (3, 2, 3, 3), (2, 2), (1, 1), (1, 1)),  # dW without bottom/right padding
     ((2, 2, 8, 8), (3, 2, 3, 3), (2, 2), (0, 0), (1, 1)),  # dW of the input less a row, column
+    ((1, 2, 10, 11), (4, 2, 3, 3), (2, 3), (1, 1), (1, 1)),  # phase planes of unequal strides
     ((2, 8, 6, 6), (12, 8, 1, 1), (1, 1), (0, 0), (1, 1)),
     # 1x1 weight gradients as GEMMs: dw (O >= C), then dw^T (O < C), both transposed
     ((2, 16, 5, 7), (19, 16, 1, 1), (1, 1), (0, 0), (1, 1)),

@@ -62,8 +62,8 @@ def _fills_lanes(cols: int) -> bool:
     return -cols % 8 * 8 <= cols + -cols % 8
 
 
-def _variant(p: dict, stride_one: bool, Hp: int, Wp: int, top: int, left: int) -> dict:
-    """Direct when the stride is 1, the padded image is small enough and one output row fills
+def _variant(p: dict, direct_ok: bool, Hp: int, Wp: int, top: int, left: int) -> dict:
+    """Direct where `direct_ok`, the padded image is small enough and one output row fills
     the vector lanes; else packed, where a block of rows fills them (LeNet-5's second conv
     forward, rows of 10, is 7% of its b32 step faster packed). The scratch layout of either
     (the bwd_data flipped weights last)."""
@@ -84,17 +84,32 @@ def _variant(p: dict, stride_one: bool, Hp: int, Wp: int, top: int, left: int) -
             p["scratch_bytes"] = pre + (_align(4 * outs * ins) if outs < ins else 0)
             p["wt_offset"] = pre
             return p
-    elif stride_one and not thin and p["C"] * Hp * Wp * 4 <= DIRECT_BYTES and top >= 0 \
+    elif direct_ok and not thin and p["C"] * Hp * Wp * 4 <= DIRECT_BYTES and top >= 0 \
             and left >= 0:
-        p.update(variant="direct", Hp=Hp, Wp=Wp, top=top, left=left, image_offset=_align(4 * K),
-                 tile=DIRECT_RUN)
-        pre = _align(4 * K) + _align(4 * p["C"] * Hp * Wp)
+        sh, sw = p["sh"], p["sw"]
+        Hq, Wq = -(-Hp // sh), -(-Wp // sw)  # the phase planes (the padded image at stride 1)
+        # boff in scratch at stride 1, a static table of phase offsets when strided
+        boff_bytes = _align(4 * K) if sh * sw == 1 else 0
+        p.update(variant="direct", Hp=Hp, Wp=Wp, Hq=Hq, Wq=Wq, top=top, left=left,
+                 image_offset=boff_bytes, tile=DIRECT_RUN)
+        if sh * sw > 1:
+            p["phase_offsets"] = _phase_offsets(p)
+        pre = boff_bytes + _align(4 * p["C"] * sh * sw * Hq * Wq)
     else:
         p["variant"] = "packed"
         pre = packed_bytes
     p["wt_offset"] = pre
     p["scratch_bytes"] = pre + (_align(4 * p["O"] * K) if p["mode"] == "bwd_data" else 0)
     return p
+
+
+def _phase_offsets(p: dict) -> list[int]:
+    """Where tap (c, kh, kw) of output (0, 0) lies in the phase planes [C, sh, sw, Hq, Wq]:
+    padded row kh * dh is row (kh * dh) // sh of phase (kh * dh) % sh, and so for columns."""
+    sh, sw, Hq, Wq = p["sh"], p["sw"], p["Hq"], p["Wq"]
+    return [(((c * sh + kh * p["dh"] % sh) * sw + kw * p["dw"] % sw) * Hq + kh * p["dh"] // sh)
+            * Wq + kw * p["dw"] // sw
+            for c in range(p["C"]) for kh in range(p["KH"]) for kw in range(p["KW"])]
 
 
 def _pointwise(KH, KW, sh, sw, padding) -> bool:
@@ -209,7 +224,10 @@ def match_conv2d(info: dict, out_shape: list[int]):
              packed_cols=OW)
     # the padded image must hold every window of the output: rows up to OH-1 + (KH-1)*dh
     Hp, Wp = max(H + pt + pb, OH + (KH - 1) * dh), max(W + pl + pr, OW + (KW - 1) * dw)
-    _variant(p, (sh, sw) == (1, 1), Hp, Wp, pt, pl)
+    # strided: direct over phase planes where the taps read every phase (a 1x1 conv of
+    # stride 2 reads one of four), but for one output channel (its direct runs read the
+    # padded image at stride 1)
+    _variant(p, (sh, sw) == (1, 1) or (OC > 1 and KH >= sh and KW >= sw), Hp, Wp, pt, pl)
     p["doc"] = (f"conv2d {mode} ({p['variant']}): stride {sh}x{sw}, dilation {dh}x{dw}, "
                 f"padding {pt},{pl},{pb},{pr}")
     return "conv2d", p
