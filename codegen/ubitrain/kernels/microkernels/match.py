@@ -66,7 +66,7 @@ def _variant(p: dict, direct_ok: bool, Hp: int, Wp: int, top: int, left: int) ->
     """Direct where `direct_ok`, the padded image is small enough and one output row fills
     the vector lanes; else packed, where a block of rows fills them (LeNet-5's second conv
     forward, rows of 10, is 7% of its b32 step faster packed). The scratch layout of either
-    (the bwd_data flipped weights last)."""
+    (the bwd_data flipped weights, or a pointwise weight gradient's dw^T, last)."""
     K, pre = p["K"], 0
     packed_bytes = _align(4 * p["rows"] * p["packed_cols"] * K)
     out_bytes = 4 * p["N"] * p["O"] * p["packed_cols"] * p.get("OH", p.get("H_out"))
@@ -78,12 +78,8 @@ def _variant(p: dict, direct_ok: bool, Hp: int, Wp: int, top: int, left: int) ->
         and 4 * packed_bytes <= out_bytes
     if p["pointwise"]:
         p["variant"] = "pointwise"
-        if p["mode"] == "bwd_weight":  # the transposed operand, then dw^T where O < C
-            outs, ins = p["O"], p["C"]
-            pre = _align(4 * min(outs, ins) * p["H"] * p["W"])
-            p["scratch_bytes"] = pre + (_align(4 * outs * ins) if outs < ins else 0)
-            p["wt_offset"] = pre
-            return p
+        if p["mode"] == "bwd_weight":  # the smaller operand transposed (then dw^T, below)
+            pre = _align(4 * min(p["O"], p["C"]) * p["H"] * p["W"])
     elif direct_ok and not thin and p["C"] * Hp * Wp * 4 <= DIRECT_BYTES and top >= 0 \
             and left >= 0:
         sh, sw = p["sh"], p["sw"]
@@ -98,8 +94,11 @@ def _variant(p: dict, direct_ok: bool, Hp: int, Wp: int, top: int, left: int) ->
     else:
         p["variant"] = "packed"
         pre = packed_bytes
+    # after it: the bwd_data flipped weights, or a pointwise weight gradient's dw^T (O < C)
+    wt = p["mode"] == "bwd_data" or (p["mode"] == "bwd_weight" and p["variant"] == "pointwise"
+                                     and p["O"] < p["C"])
     p["wt_offset"] = pre
-    p["scratch_bytes"] = pre + (_align(4 * p["O"] * K) if p["mode"] == "bwd_data" else 0)
+    p["scratch_bytes"] = pre + (_align(4 * p["O"] * K) if wt else 0)
     return p
 
 
