@@ -26,6 +26,9 @@ class GemmCore:
     # the vector lanes of the channel reductions (common/batch_norm.c.j2); the floats a step,
     # the template's LANES, name those kernels' tile: u<LANES>
     lanes: str = "common/lanes_plain.c.j2"
+    # a data cache that the hardware prefetches into: channel reductions read the planes in
+    # memory order, their lanes in scratch (common/batch_norm.c.j2's `stream`)
+    caches: bool = True
 
     @property
     def tile(self) -> str:
@@ -37,7 +40,7 @@ GEMM_CORES = {
                      lanes="neon/lanes.c.j2"),
     # Cortex-M4F/M7: the scalar FPU, register-blocked (CMSIS-DSP's token; no CMSIS code);
     # a vector of four is four of its 32 single registers
-    "cmsis_dsp": GemmCore("cmsis_dsp/gemm.c.j2", 4, 4, "math.h"),
+    "cmsis_dsp": GemmCore("cmsis_dsp/gemm.c.j2", 4, 4, "math.h", caches=False),
     # x86-64 hosts: AVX2 + FMA behind a run-time CPU check, plain C otherwise (XNNPACK's token)
     "avx2": GemmCore("x86/gemm.c.j2", 6, 16, "immintrin.h", nt_tile="3x3", run_sums=8, vec=8,
                      lanes="x86/lanes.c.j2"),

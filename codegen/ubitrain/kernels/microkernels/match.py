@@ -302,8 +302,9 @@ def match_max_pool2d_backward(info: dict, out_shape: list[int]):
 
 def match_batch_norm(info: dict, out_shape: list[int]):
     """BatchNorm's statistics and its backward (lowering/batch_norm_kernels.py) over float32
-    x [N, C, ...]: channel by channel, in vector lanes along each plane of N * C planes, so a
-    plane shorter than a vector of lanes keeps the printed kernel."""
+    x [N, C, ...]: in vector lanes along each of the N * C planes (their order and scratch:
+    render.py's _lane_order), so a plane shorter than a vector of lanes keeps the printed
+    kernel."""
     if not _floats(info):
         return None
     N, C, *plane = info["shapes"][0]

@@ -68,7 +68,20 @@ def plan(func, isa: str):
     if found is None:
         return None
     family, params = found
+    if family in LANE_FAMILIES:
+        params = {**params, **_lane_order(isa, params)}
     return family, FAMILIES[family][1][params.get("mode")], params
+
+
+def _lane_order(isa: str, params: dict) -> dict:
+    """Where the core has caches, a channel reduction streams its planes in memory order
+    with every channel's lanes in scratch: [C][4][LANES] sums, LANES the larger of the ISA's
+    and the plain fallback's 4, then 3 floats of dx factors a channel."""
+    if not GEMM_CORES[isa].caches:
+        return dict(stream=False)
+    lanes = max(_ENV.get_template(GEMM_CORES[isa].lanes).module.LANES, 4)
+    acc_bytes = 8 if params["acc"] == "float64" else 4
+    return dict(stream=True, scratch_bytes=params["C"] * (4 * lanes * acc_bytes + 12))
 
 
 def render_kernel(func, isa: str, family: str, name: str, params: dict) -> CKernel:
