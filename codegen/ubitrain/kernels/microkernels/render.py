@@ -7,7 +7,7 @@ from pathlib import Path
 import jinja2
 
 from ..c_printer import CKernel
-from .manifest import FAMILIES, GEMM_CORES, LANE_FAMILIES, SUPPORT, core_names, gemm_name
+from .manifest import FAMILIES, GEMM_CORES, LANE_FAMILIES, SUPPORT, GemmCore, core_names, gemm_name
 from .match import match
 from .tagging import op_info
 
@@ -51,8 +51,8 @@ def available(isa: str) -> bool:
 def tile(isa: str, family: str | None = None) -> str:
     """The tile token of a micro-kernel's name: the GEMM's register tile, or u<lanes>."""
     core = GEMM_CORES[isa]
-    if family in LANE_FAMILIES:  # the floats a step of the ISA's lanes, as its template sets
-        return f"u{_ENV.get_template(core.lanes).module.LANES}"
+    if family in LANE_FAMILIES:  # the floats a step of the ISA's lanes
+        return f"u{_lanes(core.lanes)}"
     return core.tile
 
 
@@ -73,13 +73,18 @@ def plan(func, isa: str):
     return family, FAMILIES[family][1][params.get("mode")], params
 
 
+def _lanes(template: str) -> int:
+    """The floats a step of a lanes template (its LANES)."""
+    return _ENV.get_template(template).module.LANES
+
+
 def _lane_order(isa: str, params: dict) -> dict:
     """Where the core has caches, a channel reduction streams its planes in memory order
     with every channel's lanes in scratch: [C][4][LANES] sums, LANES the larger of the ISA's
-    and the plain fallback's 4, then 3 floats of dx factors a channel."""
+    and the plain fallback's (x86 renders both), then 3 floats of dx factors a channel."""
     if not GEMM_CORES[isa].caches:
         return dict(stream=False)
-    lanes = max(_ENV.get_template(GEMM_CORES[isa].lanes).module.LANES, 4)
+    lanes = max(_lanes(GEMM_CORES[isa].lanes), _lanes(GemmCore.lanes))
     acc_bytes = 8 if params["acc"] == "float64" else 4
     return dict(stream=True, scratch_bytes=params["C"] * (4 * lanes * acc_bytes + 12))
 
