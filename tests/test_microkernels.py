@@ -32,6 +32,7 @@ from ubitrain.kernels.microkernels.cases import (
 )
 from ubitrain.kernels.microkernels.manifest import GEMM_CORES
 from ubitrain.kernels.microkernels.tagging import op_info
+from ubitrain.program.bn_activation import masked_backward_kernel
 from ubitrain.targets import TARGETS
 
 # (x shape, w shape, stride, padding, dilation): odd sizes leave row and column tails in the
@@ -120,6 +121,9 @@ def _funcs():
 
 
 FUNCS = _funcs()
+# The gradient masks BatchNorm's backward takes in: a ReLU's, a ReLU6's
+MASKS = [(0.0, None), (0.0, 6.0)]
+BN_BACKWARDS = [f for _, f in FUNCS if op_info(f)["op"] == "batch_norm_train_backward"]
 
 
 def batch_norm_inputs(func, x, rng):
@@ -261,6 +265,20 @@ def isa_run(request, tmp_path_factory):
             inputs = batch_norm_inputs(func, inputs[0], rng)
         cases.append(harness.Case(label, [scalar, micro], inputs))
         refs.append(reference(func, inputs))
+    for lo, hi in MASKS:
+        for func in BN_BACKWARDS:
+            lib = KernelLibrary(isa)
+            plain = lib.add(func, "k")
+            masked = lib.kernels[masked_backward_kernel(lib, plain.name, lo, hi)]
+            x, w, mean, rstd, dz = batch_norm_inputs(func, rng.standard_normal(
+                op_info(func)["shapes"][0]).astype(np.float32), rng)
+            # the activation's output: exactly lo and hi (where it clamps), between, beyond
+            z = np.clip(np.round(4 * rng.standard_normal(x.shape)), -1, 7).astype(np.float32)
+            z = np.clip(z, lo, hi if hi is not None else None)
+            dy = np.where((lo < z) & (z < (np.inf if hi is None else hi)), dz, np.float32(0))
+            cases.append(harness.Case(f"masked {lo},{hi}", [plain], [x, w, mean, rstd, dy]))
+            cases.append(harness.Case(f"masked {lo},{hi}", [masked], [x, w, mean, rstd, dz, z]))
+            refs.append(reference(func, [x, w, mean, rstd, dy]))
     binary = harness.build(cases, support, target, tmp_path_factory.mktemp(f"uk_{name}"))
     return isa, cases, harness.run(binary, target, cases), refs
 
@@ -280,6 +298,21 @@ def test_microkernel_matches_scalar_and_pytorch(isa_run, index):
         excess = np.abs(got - want) / bound
         assert np.all(excess <= 1), f"{name}: worst {excess.max():.2f}x the float32 bound"
     assert np.all(np.abs(micro - scalar) <= 2 * bound)
+
+
+@pytest.mark.parametrize("index", range(len(MASKS) * len(BN_BACKWARDS)))
+def test_batch_norm_backward_with_the_activation_mask_matches_the_masked_dy(isa_run, index):
+    """BatchNorm's backward reading dz and z (program/bn_activation.py) gives, bit for bit,
+    what the plain micro-kernel gives on dy = where(lo < z < hi, dz, 0), and PyTorch's."""
+    _, cases, results, refs = isa_run
+    at = len(FUNCS) + 2 * index
+    (p_status, plain, _), = results[at]
+    (m_status, masked, _), = results[at + 1]
+    assert p_status == 0 and m_status == 0 and cases[at + 1].variants[0].name != \
+        cases[at].variants[0].name
+    assert np.array_equal(plain.view(np.uint32), masked.view(np.uint32))
+    want, magnitude, terms = refs[len(FUNCS) + index]
+    assert np.all(np.abs(masked - want) <= terms * 2.0**-24 * magnitude + 1e-30)
 
 
 def test_ops_without_a_micro_kernel_keep_the_scalar_kernel():

@@ -9,21 +9,18 @@ take x's buffer: the block's gradient needs one image-sized buffer instead of tw
 at batch 8: 150,528 bytes less at the step's peak). The result is the same as the two calls',
 bit for bit: the same winner per window and the same select (tests/test_pool_relu.py).
 
-The ReLU gradient is recognised from its TIR, never from its name: one store per element of
-`select(0 < x[i] (as a bool), dx[i], c[0])` with c a constant 0.
+The ReLU gradient is recognised from its TIR (program/activation_grads.py): one store per
+element of `select(0 < x[i], dx[i], c[0])` with c a constant 0.
 """
 
 from __future__ import annotations
 
-import tvm_ffi
-from tvm import ir, prim, tirx
-
 from ..kernels.c_printer import CKernel
 from ..kernels.microkernels import plan
 from ..kernels.microkernels.render import render_template
-from ..kernels.tir_access import Access, UnknownTir
+from .activation_grads import is_zero, mask_bounds
 from .inplace import SHAREABLE_KINDS
-from .ir import Call, Slot, users
+from .ir import Call, users
 
 
 def fuse_pool_relu_grads(calls: list[Call], library) -> list[Call]:
@@ -51,7 +48,8 @@ def _fuse(pool: Call, relu: Call, calls: list[Call], at: int, library) -> Call |
         return None  # overlapping, padded or dilated windows
     dy, x, dx = pool.args
     rx, rdx, zero, dz = relu.args
-    if rx is not x or rdx is not dx or not _is_zero(zero) or not _relu_grad(library, relu.kernel):
+    if rx is not x or rdx is not dx or not is_zero(zero) or \
+            mask_bounds(library, relu.kernel) != (0.0, None):
         return None
     if len(users(calls, dx)) != 2:
         return None  # another kernel reads the pool's gradient
@@ -67,55 +65,3 @@ def _fuse(pool: Call, relu: Call, calls: list[Call], at: int, library) -> Call |
             and dz.nbytes == x.root.nbytes and users(calls, x)[-1] <= at):
         dz.view_of, dz.in_place = x, True  # x dies here: its gradient takes its buffer
     return Call(name, [dy, x, dz], [2], attrs=dict(relu.attrs))
-
-
-def _is_zero(slot: Slot) -> bool:
-    return slot.kind == "constant" and slot.value is not None and slot.value.size == 1 \
-        and float(slot.value.reshape(-1)[0]) == 0.0
-
-
-class _Stores(Access):
-    """Access that also keeps the store nodes."""
-
-    def __init__(self, func):
-        self.store_nodes = []
-        super().__init__(func)
-
-    def stmt(self, s, loops, conditional):
-        if isinstance(s, tirx.BufferStore):
-            self.store_nodes.append(s)
-        super().stmt(s, loops, conditional)
-
-
-def _relu_grad(library, kernel: str) -> bool:
-    """Is `kernel` out[i] = select(0 < x[i], dx[i], c[0]) over its parameters (x, dx, c, out)?"""
-    func = library.lowered.get(kernel)
-    if func is None or len(func.params) != 4:
-        return False
-    try:
-        acc = _Stores(func)
-    except UnknownTir:
-        return False
-    if len(acc.store_nodes) != 1 or not isinstance(acc.store_nodes[0].value, prim.Select):
-        return False
-    store = acc.store_nodes[0]
-    sel, index = store.value, list(store.indices)
-
-    def load_of(e, param: int, idx) -> bool:  # idx None: element 0
-        if not isinstance(e, ir.TensorLoad) or acc.key(e.source) != param:
-            return False
-        if idx is None:
-            return all(_is_const(i, 0) for i in e.indices)
-        return len(e.indices) == len(idx) and all(
-            tvm_ffi.structural_equal(a, b) for a, b in zip(e.indices, idx))
-
-    cond = sel.condition
-    if isinstance(cond, prim.LT) and _is_const(cond.a, 0) and isinstance(cond.b, prim.Cast):
-        cond = cond.b.value  # 0 < (int64)(bool): TIR's boolean as a number
-    positive = isinstance(cond, prim.LT) and _is_const(cond.a, 0) and load_of(cond.b, 0, index)
-    return (acc.key(store.buffer) == 3 and positive and load_of(sel.true_value, 1, index)
-            and load_of(sel.false_value, 2, None))
-
-
-def _is_const(e, value) -> bool:
-    return isinstance(e, (prim.IntImm, prim.FloatImm)) and e.value == value

@@ -315,16 +315,16 @@ def match_batch_norm(info: dict, out_shape: list[int]):
     mode = "stats" if info["op"] == "batch_norm_stats" else "backward"
     # dx may be written over x (in place): the template reads x before it writes dx
     params = dict(mode=mode, N=N, C=C, HW=HW, acc=a["acc"], scratch_bytes=0,
-                  alias_safe=mode == "backward")
+                  alias_safe=mode == "backward", mask=None)
     if mode == "stats":  # the constants of the TE kernel, rounded as it rounds them
         m, count = a["momentum"], N * HW
-        params.update(momentum=_c_float(m, "float32"), keep=_c_float(1.0 - m, "float32"),
-                      unbiased=_c_float(m * count / (count - 1), "float32"),
-                      eps=_c_float(a["eps"], a["acc"]))
+        params.update(momentum=c_float(m, "float32"), keep=c_float(1.0 - m, "float32"),
+                      unbiased=c_float(m * count / (count - 1), "float32"),
+                      eps=c_float(a["eps"], a["acc"]))
     return "batch_norm", params
 
 
-def _c_float(value: float, dtype: str) -> str:
+def c_float(value: float, dtype: str) -> str:
     """`value` rounded to `dtype`, as an exact C literal (hexadecimal)."""
     if dtype == "float64":
         return float(value).hex()

@@ -89,13 +89,16 @@ def _lane_order(isa: str, params: dict) -> dict:
     return dict(stream=True, scratch_bytes=params["C"] * (4 * lanes * acc_bytes + 12))
 
 
-def render_kernel(func, isa: str, family: str, name: str, params: dict) -> CKernel:
+def render_kernel(func, isa: str, family: str, name: str, params: dict,
+                  extra_inputs: tuple[int, ...] = ()) -> CKernel:
     """The CKernel of a micro-kernel: called like the scalar kernel of `func` (its parameters
     in order, outputs last, scratch first). Parameters are named in0, in1, ... and out (out0,
-    out1, ... where there are several outputs); a, b and out name the first three."""
+    out1, ... where there are several outputs); a, b and out name the first three.
+    `extra_inputs`: inputs a fused variant reads after `func`'s, each shaped like the input
+    of `func` at that index."""
     inputs = len(op_info(func)["shapes"])
     outputs = len(func.params) - inputs
-    ins = [f"in{i}" for i in range(inputs)]
+    ins = [f"in{i}" for i in range(inputs + len(extra_inputs))]
     outs = ["out"] if outputs == 1 else [f"out{i}" for i in range(outputs)]
     core = GEMM_CORES[isa]
     source = render_template(FAMILIES[family][0], name=name, isa=isa, a=ins[0],
@@ -103,13 +106,15 @@ def render_kernel(func, isa: str, family: str, name: str, params: dict) -> CKern
                              run_sums=core.run_sums, vec=core.vec, lanes=core.lanes,
                              **core_names(isa), **params)
     tensors = []
-    for cname, buffer in zip(ins + outs, func.params):
+    buffers = list(func.params[:inputs]) + [func.params[i] for i in extra_inputs] \
+        + list(func.params[inputs:])
+    for cname, buffer in zip(ins + outs, buffers):
         elements = 1
         for d in buffer.shape:
             elements *= int(d)
         tensors.append((cname, str(buffer.dtype), elements))
     return CKernel(name=name, source=source, params=tensors,
-                   written=set(range(inputs, len(tensors))),
+                   written=set(range(len(ins), len(tensors))),
                    scratch_bytes=params["scratch_bytes"],
                    notes=[f"micro-kernel {family} for {isa}"],
                    alias_safe=params.get("alias_safe", False))
