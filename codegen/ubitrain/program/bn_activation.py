@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..kernels import microkernels
 from ..kernels.microkernels.match import c_float
 from .activation_grads import is_zero, mask_bounds
-from .inplace import SHAREABLE_KINDS
+from .inplace import take_dying_buffer
 from .ir import Call, users
 
 DY = 4  # BatchNorm backward's arguments: x, gamma, mean, rstd, dy, then dx, dgamma, dbeta
@@ -39,9 +39,7 @@ def fuse_bn_activation_grads(calls: list[Call], library) -> list[Call]:
             fused[key] = masked_backward_kernel(library, call.kernel, lo, hi)
         x, dx = call.args[0], call.args[5]
         args = call.args[:DY] + [dz, z] + call.args[DY + 1:]
-        if (x.root.kind in SHAREABLE_KINDS and dx.view_of is None and dx.kind in SHAREABLE_KINDS
-                and dx.nbytes == x.root.nbytes and users(calls, x)[-1] <= i):
-            dx.view_of, dx.in_place = x, True  # x dies here: dx takes its buffer, as before
+        take_dying_buffer(calls, i, x, dx)  # x dies here: dx takes its buffer, as before
         out[i] = Call(fused[key], args, [6, 7, 8], attrs=dict(call.attrs), scratch=call.scratch)
         dropped.add(at)
     return [c for j, c in enumerate(out) if j not in dropped]

@@ -27,9 +27,18 @@ BatchNorm's elementwise steps qualify; convolutions and reductions do not.
 from __future__ import annotations
 
 from ..kernels.tir_access import in_place_pairs
-from .ir import Program, Slot
+from .ir import Call, Program, Slot, users
 
 SHAREABLE_KINDS = ("activation", "gradient", "mask")
+
+
+def take_dying_buffer(calls: list[Call], at: int, src: Slot, dst: Slot) -> None:
+    """Make `dst` a view of `src` where `src`, a transient buffer, dies at call `at` and
+    `dst`, a fresh transient of the same size, may take its storage: for fused kernels that
+    the analysis below cannot read (no TIR) but that read each element before writing it."""
+    if (src.root.kind in SHAREABLE_KINDS and dst.view_of is None and dst.kind in SHAREABLE_KINDS
+            and dst.nbytes == src.root.nbytes and users(calls, src)[-1] <= at):
+        dst.view_of, dst.in_place = src, True
 
 
 def share_in_place(program: Program, library) -> int:

@@ -19,7 +19,7 @@ from ..kernels.c_printer import CKernel
 from ..kernels.microkernels import plan
 from ..kernels.microkernels.render import render_template
 from .activation_grads import is_zero, mask_bounds
-from .inplace import SHAREABLE_KINDS
+from .inplace import take_dying_buffer
 from .ir import Call, users
 
 
@@ -61,7 +61,5 @@ def _fuse(pool: Call, relu: Call, calls: list[Call], at: int, library) -> Call |
         source=render_template("common/max_pool2d_backward.c.j2", name=name, a="in0", b="in1",
                                out="out", **{**p, "relu": True}),
         notes=["max_pool2d gradient + ReLU gradient, in place"])
-    if (x.root.kind in SHAREABLE_KINDS and dz.view_of is None and dz.kind in SHAREABLE_KINDS
-            and dz.nbytes == x.root.nbytes and users(calls, x)[-1] <= at):
-        dz.view_of, dz.in_place = x, True  # x dies here: its gradient takes its buffer
+    take_dying_buffer(calls, at, x, dz)  # x dies here: its gradient takes its buffer
     return Call(name, [dy, x, dz], [2], attrs=dict(relu.attrs))
