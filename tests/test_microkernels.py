@@ -86,9 +86,14 @@ DEPTHWISE_CASES = [
 BATCH_NORM_CASES = [(2, 3, 5, 6), (3, 2, 4, 4), (2, 4, 17)]
 BN_EPS, BN_MOMENTUM = 1e-5, 0.1
 MICRO_TARGETS = sorted(name for name, t in TARGETS.items() if t.isa in GEMM_CORES)
-# The host's avx2 kernels once more built with -DUB_NO_AVX2: their plain-C fallback, what a
-# processor without AVX2/FMA (or a compiler without GNU C's target attributes) runs.
-PORTABLE = "host+UB_NO_AVX2"
+# The host's avx2 kernels are built as a host project builds them, for the building machine
+# (-march=native: the GEMM cores inlined into the kernels), and twice more: for the baseline
+# ISA (the cores out of line, behind the run-time AVX2 check), and with -DUB_NO_AVX2 (their
+# plain-C fallback, what a processor without AVX2/FMA, or a compiler without GNU C's target
+# attributes, runs). Each build: (target, a define ahead of the kernels, CMake arguments).
+BUILDS = {name: (name, None, ()) for name in MICRO_TARGETS}
+BUILDS["host-baseline"] = ("host", None, ("-DUB_NATIVE=OFF",))
+BUILDS["host-portable"] = ("host", "UB_NO_AVX2", ("-DUB_NATIVE=OFF",))
 
 
 def _funcs():
@@ -240,11 +245,11 @@ def reference(func, inputs):
     return value.numpy().reshape(-1), magnitude.numpy().reshape(-1), terms
 
 
-@pytest.fixture(scope="module", params=MICRO_TARGETS + [PORTABLE])
+@pytest.fixture(scope="module", params=list(BUILDS))
 def isa_run(request, tmp_path_factory):
-    """Per target: every case built once as scalar and micro-kernel, run in one emulator
+    """Per build: every case built once as scalar and micro-kernel, run in one emulator
     process."""
-    name, _, define = request.param.partition("+")
+    name, define, cmake_args = BUILDS[request.param]
     target = TARGETS[name]
     isa = target.isa
     require_tools(target.name)
@@ -279,7 +284,8 @@ def isa_run(request, tmp_path_factory):
             cases.append(harness.Case(f"masked {lo},{hi}", [plain], [x, w, mean, rstd, dy]))
             cases.append(harness.Case(f"masked {lo},{hi}", [masked], [x, w, mean, rstd, dz, z]))
             refs.append(reference(func, [x, w, mean, rstd, dy]))
-    binary = harness.build(cases, support, target, tmp_path_factory.mktemp(f"uk_{name}"))
+    binary = harness.build(cases, support, target, tmp_path_factory.mktemp(f"uk_{name}"),
+                           cmake_args)
     return isa, cases, harness.run(binary, target, cases), refs
 
 
