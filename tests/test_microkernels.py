@@ -150,16 +150,21 @@ def batch_norm_inputs(func, x, rng):
             rng.standard_normal(x.shape).astype(np.float32)]
 
 
-def batch_norm_reference(info, inputs):
+def batch_norm_reference(info, inputs, split=False):
     """(value, magnitude, terms) of every output, one after the other, from PyTorch in
     float64: a sum of n terms rounds within n * 2^-24 of its magnitude (float32 sums), a
     float64 sum rounded once to float32 within 2^-24; the terms below add a few roundings of
-    the float32 arithmetic around the sums."""
+    the float32 arithmetic around the sums. `split`: a backward whose float64 sums add up
+    float32 sums of each plane (render.py's split, PyTorch's CPU backward), within a plane's
+    H * W roundings of the sum of their magnitudes; a mean taken from them is off by that
+    many roundings of the mean magnitude, which dx's magnitude takes in."""
     x = torch.from_numpy(inputs[0].astype(np.float64))
     axes = [0] + list(range(2, x.ndim))
     per_channel = [1, -1] + [1] * (x.ndim - 2)
     n = x.numel() // x.shape[1]
     sums = 0 if info["attrs"]["acc"] == "float64" else n
+    if split:
+        sums = math.prod(x.shape[2:])
     if info["op"] == "batch_norm_stats":
         rm, rv = (torch.from_numpy(v.astype(np.float64)) for v in inputs[1:])
         var, mean = torch.var_mean(x, axes, unbiased=False)
@@ -178,6 +183,8 @@ def batch_norm_reference(info, inputs):
         rstd = torch.from_numpy(inputs[3].astype(np.float64)).reshape(per_channel)
         x_hat = (x - torch.from_numpy(inputs[2].astype(np.float64)).reshape(per_channel)) * rstd
         mean_dy, mean_dy_xhat = dy.mean(axes, keepdim=True), (dy * x_hat).mean(axes, keepdim=True)
+        if split:
+            mean_dy, mean_dy_xhat = (v.abs().mean(axes, keepdim=True) for v in (dy, dy * x_hat))
         values = [xg.grad, wg.grad, dy.sum(axes)]
         magnitudes = [(w.reshape(per_channel) * rstd).abs() * (dy.abs() + mean_dy.abs()
                                                                + (x_hat * mean_dy_xhat).abs()),
@@ -189,11 +196,11 @@ def batch_norm_reference(info, inputs):
             np.concatenate([np.full(v.size, t, np.float64) for v, t in zip(flat, terms)]))
 
 
-def reference(func, inputs):
+def reference(func, inputs, isa):
     """(value, sum of |products|, terms per output element) in float64, from PyTorch."""
     info, a = op_info(func), func.attrs
     if info["op"].startswith("batch_norm"):
-        return batch_norm_reference(info, inputs)
+        return batch_norm_reference(info, inputs, plan(func, isa)[2].get("split", False))
     out_shape = [int(x) for x in func.params[-1].shape]
     x, y = (torch.from_numpy(v.astype(np.float64)) for v in inputs)
     at = info["attrs"]
@@ -269,7 +276,7 @@ def isa_run(request, tmp_path_factory):
         if info["op"].startswith("batch_norm"):
             inputs = batch_norm_inputs(func, inputs[0], rng)
         cases.append(harness.Case(label, [scalar, micro], inputs))
-        refs.append(reference(func, inputs))
+        refs.append(reference(func, inputs, isa))
     for lo, hi in MASKS:
         for func in BN_BACKWARDS:
             lib = KernelLibrary(isa)
@@ -283,7 +290,7 @@ def isa_run(request, tmp_path_factory):
             dy = np.where((lo < z) & (z < (np.inf if hi is None else hi)), dz, np.float32(0))
             cases.append(harness.Case(f"masked {lo},{hi}", [plain], [x, w, mean, rstd, dy]))
             cases.append(harness.Case(f"masked {lo},{hi}", [masked], [x, w, mean, rstd, dz, z]))
-            refs.append(reference(func, [x, w, mean, rstd, dy]))
+            refs.append(reference(func, [x, w, mean, rstd, dy], isa))
     binary = harness.build(cases, support, target, tmp_path_factory.mktemp(f"uk_{name}"),
                            cmake_args)
     return isa, cases, harness.run(binary, target, cases), refs

@@ -80,13 +80,22 @@ def _lanes(template: str) -> int:
 
 def _lane_order(isa: str, params: dict) -> dict:
     """Where the core has caches, a channel reduction streams its planes in memory order
-    with every channel's lanes in scratch: [C][4][LANES] sums, LANES the larger of the ISA's
-    and the plain fallback's (x86 renders both), then 3 floats of dx factors a channel."""
-    if not GEMM_CORES[isa].caches:
-        return dict(stream=False)
-    lanes = max(_lanes(GEMM_CORES[isa].lanes), _lanes(GemmCore.lanes))
+    with every channel's sums in scratch, then 3 floats of dx factors a channel. The sums:
+    where the backward splits its float64 sums (split: each plane summed in float32 lanes
+    first, as PyTorch's CPU backward does, where the lanes template has psum), two float64
+    totals; else the lanes, [C][4][LANES], LANES the larger of the ISA's and the plain
+    fallback's (x86 renders both)."""
+    core = GEMM_CORES[isa]
+    split = params["mode"] == "backward" and params["acc"] == "float64" \
+        and hasattr(_ENV.get_template(core.lanes).module, "psum")
+    if not core.caches:
+        return dict(stream=False, split=False)
+    if split:
+        return dict(stream=True, split=True, scratch_bytes=params["C"] * (2 * 8 + 12))
+    lanes = max(_lanes(core.lanes), _lanes(GemmCore.lanes))
     acc_bytes = 8 if params["acc"] == "float64" else 4
-    return dict(stream=True, scratch_bytes=params["C"] * (4 * lanes * acc_bytes + 12))
+    return dict(stream=True, split=False,
+                scratch_bytes=params["C"] * (4 * lanes * acc_bytes + 12))
 
 
 def render_kernel(func, isa: str, family: str, name: str, params: dict,
