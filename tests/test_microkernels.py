@@ -33,6 +33,7 @@ from ubitrain.kernels.microkernels.cases import (
 from ubitrain.kernels.microkernels.manifest import GEMM_CORES
 from ubitrain.kernels.microkernels.tagging import op_info
 from ubitrain.program.bn_activation import masked_backward_kernel
+from ubitrain.program.depthwise_input import depthwise_input_kernel
 from ubitrain.targets import TARGETS
 
 # (x shape, w shape, stride, padding, dilation): odd sizes leave row and column tails in the
@@ -129,6 +130,10 @@ FUNCS = _funcs()
 # The gradient masks BatchNorm's backward takes in: a ReLU's, a ReLU6's
 MASKS = [(0.0, None), (0.0, 6.0)]
 BN_BACKWARDS = [f for _, f in FUNCS if op_info(f)["op"] == "batch_norm_train_backward"]
+# depthwise weight gradients, strided (direct loops) and not: x channel-major or as stored
+DEPTHWISE_WEIGHT_GRADS = [f for _, f in FUNCS if op_info(f)["op"] == "relax.nn.conv2d"
+                          and op_info(f)["attrs"]["groups"] > 1
+                          and op_info(f)["attrs"]["data_layout"] == "CNHW"]
 
 
 def batch_norm_inputs(func, x, rng):
@@ -291,6 +296,16 @@ def isa_run(request, tmp_path_factory):
             cases.append(harness.Case(f"masked {lo},{hi}", [plain], [x, w, mean, rstd, dy]))
             cases.append(harness.Case(f"masked {lo},{hi}", [masked], [x, w, mean, rstd, dz, z]))
             refs.append(reference(func, [x, w, mean, rstd, dy], isa))
+    for func in DEPTHWISE_WEIGHT_GRADS:
+        lib = KernelLibrary(isa)
+        plain = lib.add(func, "k")
+        as_stored = lib.kernels[depthwise_input_kernel(lib, plain.name)]
+        x, dy = (rng.standard_normal(shape).astype(np.float32)
+                 for shape in op_info(func)["shapes"])
+        n, c = dy.shape[:2]  # x comes channel-major, [C * N, 1, H, W]
+        x_nchw = np.ascontiguousarray(x.reshape(c, n, *x.shape[2:]).swapaxes(0, 1))
+        cases.append(harness.Case("x channel-major", [plain], [x, dy]))
+        cases.append(harness.Case("x as stored", [as_stored], [x_nchw, dy]))
     binary = harness.build(cases, support, target, tmp_path_factory.mktemp(f"uk_{name}"),
                            cmake_args)
     return isa, cases, harness.run(binary, target, cases), refs
@@ -326,6 +341,20 @@ def test_batch_norm_backward_with_the_activation_mask_matches_the_masked_dy(isa_
     assert np.array_equal(plain.view(np.uint32), masked.view(np.uint32))
     want, magnitude, terms = refs[len(FUNCS) + index]
     assert np.all(np.abs(masked - want) <= terms * 2.0**-24 * magnitude + 1e-30)
+
+
+@pytest.mark.parametrize("index", range(len(DEPTHWISE_WEIGHT_GRADS)))
+def test_depthwise_weight_gradient_reading_x_as_stored_matches(isa_run, index):
+    """The depthwise weight gradient that reads x [N, C, H, W] as stored
+    (program/depthwise_input.py) gives, bit for bit, what it gives on the channel-major copy
+    Relax passes."""
+    _, cases, results, _ = isa_run
+    at = len(FUNCS) + 2 * len(MASKS) * len(BN_BACKWARDS) + 2 * index
+    (p_status, plain, _), = results[at]
+    (s_status, as_stored, _), = results[at + 1]
+    assert p_status == 0 and s_status == 0
+    assert cases[at + 1].variants[0].name != cases[at].variants[0].name
+    assert np.array_equal(plain.view(np.uint32), as_stored.view(np.uint32))
 
 
 def test_ops_without_a_micro_kernel_keep_the_scalar_kernel():

@@ -25,6 +25,7 @@ from ..lowering.reductions import reduction_legalizations
 from ..lowering.transposed_matmul import fold_weight_transposes
 from ..training.graph import TrainingModule
 from .bn_activation import fuse_bn_activation_grads
+from .depthwise_input import read_depthwise_inputs_in_place
 from .inplace import share_in_place
 from .ir import Call, Program, Slot, users
 from .micro_batch import loop_calls, micro_slices, shadow_of, whole_batch
@@ -33,11 +34,13 @@ from .update_epilogue import fuse_update_epilogues
 
 # The optimizer update in the epilogue of matmul weight gradients (program/update_epilogue.py),
 # the max-pool gradient fused with the ReLU gradient in place (program/pool_relu.py) and
-# BatchNorm's backward with the activation's gradient mask (program/bn_activation.py);
-# tests turn them off to compare with the separate kernels.
+# BatchNorm's backward with the activation's gradient mask (program/bn_activation.py) and
+# the depthwise weight gradient reading x without its transposed copy
+# (program/depthwise_input.py); tests turn them off to compare with the separate kernels.
 UPDATE_EPILOGUES = True
 POOL_RELU_GRADS = True
 BN_ACTIVATION_GRADS = True
+DEPTHWISE_INPUTS_IN_PLACE = True
 
 
 def legalize(mod: tvm.IRModule, accumulate_dtype: str = "float32") -> tvm.IRModule:
@@ -204,6 +207,8 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
         calls = fuse_pool_relu_grads(calls, library)
     if k == 1 and BN_ACTIVATION_GRADS:
         calls = fuse_bn_activation_grads(calls, library)
+    if k == 1 and DEPTHWISE_INPUTS_IN_PLACE:
+        calls = read_depthwise_inputs_in_place(calls, library)
     calls.append(Call("ub_copy", [loss, loss_out], [1], builtin=True))
     train = Program("train_step", calls)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from tvm import relax
 
 from ...lowering.transposed_matmul import fold_weight_transposes
+from .match import MATCHERS
 from .tagging import op_info, tagging_legalizations
 
 
@@ -20,7 +21,8 @@ def _legalized_funcs(build_body, params) -> list:
     mod = fold_weight_transposes(relax.transform.Gradient("main")(bb.get()))
     mod = relax.transform.LegalizeOps(customize_legalize_map=tagging_legalizations())(mod)
     funcs = [(gv.name_hint, f) for gv, f in mod.functions.items()
-             if not isinstance(f, relax.Function) and op_info(f) is not None]
+             if not isinstance(f, relax.Function) and op_info(f) is not None
+             and op_info(f)["op"] in MATCHERS]
     return [f for _, f in sorted(funcs, key=lambda item: item[0])]
 
 

@@ -160,7 +160,7 @@ def match_depthwise(info: dict, out_shape: list[int]):
     if (sh, sw) != (1, 1) and (mode == "bwd_data" or not fits):
         # direct loops (templates/common/depthwise_strided.c.j2)
         p = dict(mode=mode, N=N, C=C, H=H, W=W, OH=OH, OW=OW, KH=KH, KW=KW, sh=sh, sw=sw,
-                 dh=dh, dw=dw, pt=pt, pl=pl, scratch_bytes=0, doc=doc)
+                 dh=dh, dw=dw, pt=pt, pl=pl, scratch_bytes=0, doc=doc, x_nchw=False)
         if mode == "bwd_data":
             p.update(_dy_frame(p))
         return "depthwise_strided", p
@@ -170,7 +170,8 @@ def match_depthwise(info: dict, out_shape: list[int]):
     image = _align(4 * K)
     p = dict(mode=mode, N=N, C=C, H=H, W=W, KH=KH, KW=KW, OH=OH, OW=OW, dh=dh, dw=dw, K=K,
              sh=sh, sw=sw, Hq=Hq, Wq=Wq, top=top, left=left, image_offset=image,
-             tile=DIRECT_RUN, wt_offset=image + _align(4 * sh * sw * Hq * Wq), doc=doc)
+             tile=DIRECT_RUN, wt_offset=image + _align(4 * sh * sw * Hq * Wq), doc=doc,
+             x_nchw=False, sums_offset=None)
     p["scratch_bytes"] = p["wt_offset"] + (_align(4 * K) if mode == "bwd_data" else 0)
     return "depthwise", p
 

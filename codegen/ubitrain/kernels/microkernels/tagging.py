@@ -20,7 +20,10 @@ CONV_ATTRS = ("strides", "padding", "dilation", "groups", "data_layout", "kernel
 # The ops whose PrimFuncs are tagged, with the attributes recorded.
 TAGGED_OPS = {"relax.nn.conv2d": CONV_ATTRS,
               "relax.nn.conv2d_transpose": CONV_ATTRS + ("output_padding",),
-              "relax.matmul": ()}
+              "relax.matmul": (),
+              # no micro-kernel: the depthwise weight gradient reads its input's
+              # transpose where it lies (program/depthwise_input.py)
+              "relax.permute_dims": ("axes",)}
 
 
 def _plain(value):
