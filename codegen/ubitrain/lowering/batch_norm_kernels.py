@@ -54,10 +54,16 @@ def batch_norm_stats(x, running_mean, running_var, momentum: float, eps: float, 
 
 
 def batch_norm_apply(x, save_mean, save_rstd, w, b):
-    """y = (x - mean) * rstd * gamma + beta: a broadcast kernel, so the activation after it
-    fuses into it, and rebuilding y for a recomputation reads x once."""
-    return te.compute(x.shape, lambda *i: (x(*i) - save_mean[i[1]]) * save_rstd[i[1]]
-                      * w[i[1]] + b[i[1]], name="bn_y")
+    """y = x * alpha + beta, alpha = rstd * gamma, beta = beta - mean * alpha: a product and a
+    sum an element, rounded as PyTorch's CPU forward rounds them
+    (batch_norm_cpu_collect_linear_and_constant_terms); the per-channel terms are loop
+    invariants the C compiler hoists. A broadcast kernel, so the activation after it fuses
+    into it, and rebuilding y for a recomputation reads x once."""
+    def y(*i):
+        alpha = save_rstd[i[1]] * w[i[1]]
+        return x(*i) * alpha + (b[i[1]] - save_mean[i[1]] * alpha)
+
+    return te.compute(x.shape, y, name="bn_y")
 
 
 def batch_norm_train_backward(x, w, save_mean, save_rstd, dy, acc: str):

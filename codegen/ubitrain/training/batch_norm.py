@@ -2,8 +2,9 @@
 
 Forward, two kernels (lowering/batch_norm_kernels.py): the batch mean and biased variance
 per channel, the new running statistics (momentum, the unbiased variance) and the saved
-mean and rstd; then y = (x - mean) * rstd * gamma + beta, which the activation or residual
-add after it joins (lowering/fusion.py). Backward, one kernel: with
+mean and rstd; then y = x * alpha + beta' (alpha = rstd * gamma, beta' = beta - mean * alpha,
+as PyTorch's CPU forward computes it), which the activation or residual add after it joins
+(lowering/fusion.py). Backward, one kernel: with
 x_hat = (x - mean) * rstd, dbeta = sum(dy), dgamma = sum(dy * x_hat) and
 dx = gamma * rstd * (dy - mean(dy) - x_hat * mean(dy * x_hat)). Like PyTorch, the backward
 keeps only the input x and the two per-channel vectors alive, not x - mean, x_hat or y.
