@@ -74,12 +74,13 @@ def _transpose_feeding(calls: list[Call], i: int, library) -> int | None:
 def depthwise_input_kernel(library, kernel: str) -> str:
     """The variant of depthwise weight-gradient micro-kernel `kernel` that reads x as stored
     (added to `library`). Where its taps' sums fit the registers (the direct loop of
-    templates/common/depthwise.c.j2), it reads the planes of x and dy in memory order too,
-    each channel's sums kept in scratch between its planes, [C][K] vectors and [C][K] floats."""
+    templates/common/depthwise.c.j2) and there are several images, it reads the planes of x
+    and dy in memory order too, each channel's sums kept in scratch between its planes, [C][K]
+    vectors and [C][K] floats (of one image, the channel order is the memory order)."""
     func, (family, op, params) = _planned_weight_gradient(library, kernel)
     params = {**params, "x_nchw": True}
     core = GEMM_CORES[library.isa]
-    if family == "depthwise" and params["K"] + 2 <= 2 * core.run_sums:
+    if family == "depthwise" and params["K"] + 2 <= 2 * core.run_sums and params["N"] > 1:
         params["sums_offset"] = params["scratch_bytes"]
         params["scratch_bytes"] += 4 * params["C"] * params["K"] * (core.vec + 1)
     name = library.microkernel_name(op)
