@@ -18,7 +18,7 @@ from ..kernels import microkernels
 from ..kernels.microkernels.match import c_float
 from .activation_grads import is_zero, mask_bounds
 from .inplace import take_dying_buffer
-from .ir import Call, users
+from .ir import Call, merge_feeders, users
 
 DY = 4  # BatchNorm backward's arguments: x, gamma, mean, rstd, dy, then dx, dgamma, dbeta
 
@@ -26,13 +26,12 @@ DY = 4  # BatchNorm backward's arguments: x, gamma, mean, rstd, dy, then dx, dga
 def fuse_bn_activation_grads(calls: list[Call], library) -> list[Call]:
     """`calls` with each (activation gradient mask, BatchNorm backward) pair as one call."""
     fused: dict[tuple, str] = {}  # (backward kernel, lo, hi) -> its masked kernel
-    dropped: set[int] = set()
-    out = list(calls)
-    for i, call in enumerate(calls):
+
+    def merge(i):
         found = _masked_backward(calls, i, library)
         if found is None:
-            continue
-        at, (lo, hi) = found
+            return None
+        call, (at, (lo, hi)) = calls[i], found
         z, dz = calls[at].args[0], calls[at].args[1]
         key = (call.kernel, lo, hi)
         if key not in fused:
@@ -40,9 +39,10 @@ def fuse_bn_activation_grads(calls: list[Call], library) -> list[Call]:
         x, dx = call.args[0], call.args[5]
         args = call.args[:DY] + [dz, z] + call.args[DY + 1:]
         take_dying_buffer(calls, i, x, dx)  # x dies here: dx takes its buffer, as before
-        out[i] = Call(fused[key], args, [6, 7, 8], attrs=dict(call.attrs), scratch=call.scratch)
-        dropped.add(at)
-    return [c for j, c in enumerate(out) if j not in dropped]
+        return at, Call(fused[key], args, [6, 7, 8], attrs=dict(call.attrs),
+                        scratch=call.scratch)
+
+    return merge_feeders(calls, merge)
 
 
 def _masked_backward(calls: list[Call], i: int, library):

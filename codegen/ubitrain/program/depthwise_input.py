@@ -15,26 +15,26 @@ from __future__ import annotations
 from ..kernels import microkernels
 from ..kernels.microkernels.manifest import GEMM_CORES
 from ..kernels.microkernels.tagging import op_info
-from .ir import Call, Slot, users
+from .ir import Call, Slot, merge_feeders, users
 
 
 def read_depthwise_inputs_in_place(calls: list[Call], library) -> list[Call]:
     """`calls` with each (transpose of x, depthwise weight gradient) pair as one call."""
     variants: dict[str, str] = {}  # weight-gradient kernel -> its variant reading x as stored
-    dropped: set[int] = set()
-    out = list(calls)
-    for i, call in enumerate(calls):
+
+    def merge(i):
         at = _transpose_feeding(calls, i, library)
         if at is None:
-            continue
+            return None
+        call = calls[i]
         if call.kernel not in variants:
             variants[call.kernel] = depthwise_input_kernel(library, call.kernel)
         kernel = library.kernels[variants[call.kernel]]
         scratch = Slot(call.scratch.name, (kernel.scratch_bytes,), "uint8", "scratch")
-        out[i] = Call(kernel.name, [calls[at].args[0]] + call.args[1:],
-                      list(call.outputs), attrs=dict(call.attrs), scratch=scratch)
-        dropped.add(at)
-    return [c for j, c in enumerate(out) if j not in dropped]
+        return at, Call(kernel.name, [calls[at].args[0]] + call.args[1:], list(call.outputs),
+                        attrs=dict(call.attrs), scratch=scratch)
+
+    return merge_feeders(calls, merge)
 
 
 def _planned_weight_gradient(library, kernel: str):

@@ -89,6 +89,18 @@ def users(calls: list[Call], slot: Slot) -> list[int]:
     return [i for i, c in enumerate(calls) if any(a.root is root for a in c.args)]
 
 
+def merge_feeders(calls: list[Call], merge) -> list[Call]:
+    """`calls` where merge(i) returns (at, call): call i becomes `call`, which does the work
+    of call `at` (an earlier call that fed it) too, and call `at` is dropped."""
+    out, dropped = list(calls), set()
+    for i in range(len(calls)):
+        merged = merge(i)
+        if merged is not None:
+            dropped.add(merged[0])
+            out[i] = merged[1]
+    return [c for j, c in enumerate(out) if j not in dropped]
+
+
 @dataclass
 class Program:
     name: str  # "train_step" or "predict"

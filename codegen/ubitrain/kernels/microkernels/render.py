@@ -86,11 +86,10 @@ def _lane_order(isa: str, params: dict) -> dict:
     totals; else the lanes, [C][4][LANES], LANES the larger of the ISA's and the plain
     fallback's (x86 renders both)."""
     core = GEMM_CORES[isa]
-    split = params["mode"] == "backward" and params["acc"] == "float64" \
-        and hasattr(_ENV.get_template(core.lanes).module, "psum")
     if not core.caches:
         return dict(stream=False, split=False)
-    if split:
+    if params["mode"] == "backward" and params["acc"] == "float64" \
+            and hasattr(_ENV.get_template(core.lanes).module, "psum"):
         return dict(stream=True, split=True, scratch_bytes=params["C"] * (2 * 8 + 12))
     lanes = max(_lanes(core.lanes), _lanes(GemmCore.lanes))
     acc_bytes = 8 if params["acc"] == "float64" else 4
