@@ -21,7 +21,7 @@ from tvm import ir, tirx
 from tvm.ir import prim
 
 from ..errors import CompileError
-from .tir_access import output_reuse
+from .tir_access import UnknownTir, output_reuse, tensor_loads
 
 C_TYPES = {
     "float32": "float",
@@ -141,6 +141,7 @@ class _Printer:
         self.lines: list[str] = []
         self.indent = 1
         self.buffer_names: dict = {}  # buffer data Var -> C name
+        self.storage: dict = {}  # buffer -> the C name of its own storage (before aliasing)
         self.var_names: dict = {}
         self.used_names: set[str] = set()
         self.scratch: list[tuple[str, str, int]] = []  # (name, dtype, elements)
@@ -287,8 +288,8 @@ class _Printer:
     def stmt(self, s):
         t = type(s)
         if t is tirx.SeqStmt:
-            if self.in_place and all(type(c) is tirx.BufferStore for c in s.seq):
-                self.stores_after_loads(s.seq)
+            if self.in_place:
+                self.in_place_sequence(s.seq)
                 return
             for child in s.seq:
                 self.stmt(child)
@@ -337,6 +338,70 @@ class _Printer:
         if t in (tirx.AllocBuffer, tirx.DeclBuffer) and body is not None:
             self.stmt(body)
 
+    def in_place_sequence(self, children):
+        """A statement sequence of an in-place kernel, where an output may alias an input.
+
+        Each run of consecutive stores (the statements between them are declarations) is
+        printed in order, or, where one of its values reads through an output's pointer an
+        input that an earlier store of the run overwrote, with every value computed before
+        the first store. A value that reads what an earlier store wrote to its own buffer (a
+        reduction's init, then its update) needs the order; a run that needs both, or that
+        reads an input overwritten before the run, cannot be printed and says so rather than
+        print either."""
+        earlier, run = [], []
+
+        def flush():
+            if not run:
+                return
+            if self._overwritten_reads(run, earlier)[0]:
+                raise CompileError(f"kernel {self.name}: in place, a value reads an input that "
+                                   "an earlier statement overwrote; print it out of place")
+            aliased, dependent = self._overwritten_reads(run)
+            if aliased and dependent:
+                raise CompileError(f"kernel {self.name}: in place, a value reads both an input "
+                                   "that an earlier store overwrites and what an earlier store "
+                                   "wrote; print it out of place")
+            if aliased:
+                self.stores_after_loads(run)
+            else:
+                for store in run:
+                    self.stmt(store)
+            earlier.extend(run)
+            run.clear()
+
+        for child in children:
+            if type(child) is tirx.BufferStore:
+                run.append(child)
+                continue
+            flush()
+            if type(child) is tirx.Bind and earlier and \
+                    self._overwritten_reads([child], earlier)[0]:
+                raise CompileError(f"kernel {self.name}: in place, a value reads an input that "
+                                   "an earlier statement overwrote; print it out of place")
+            self.stmt(child)
+        flush()
+
+    def _overwritten_reads(self, stores, before=None) -> tuple[bool, bool]:
+        """(aliased, dependent): whether a value of `stores` reads, at a pointer that an
+        earlier store (of `stores`, or of `before` when given) wrote, an input it aliases, or
+        what that store wrote to its own buffer."""
+        aliased, dependent = False, False
+        for j, store in enumerate(stores):
+            try:
+                loads = tensor_loads(store.value)
+            except UnknownTir:
+                raise CompileError(f"kernel {self.name}: an in-place store's value has a node "
+                                   "the printer cannot order") from None
+            for load in loads:
+                for earlier in (stores[:j] if before is None else before):
+                    if self.buf(load.source) != self.buf(earlier.buffer):
+                        continue
+                    if self.storage[load.source] == self.storage[earlier.buffer]:
+                        dependent = True
+                    else:
+                        aliased = True
+        return aliased, dependent
+
     def stores_after_loads(self, stores):
         """Compute every stored value before the first store: in an in-place kernel an output
         aliases an input that a later value of the same element still reads."""
@@ -355,10 +420,11 @@ class _Printer:
         an output that is written from it element by element (tir_access.output_reuse)."""
         if buffer in self.reuse:
             self.buffer_names[buffer] = self.buffer_names[self.func.params[self.reuse[buffer]]]
+            self.storage[buffer] = self.buffer_names[buffer]
             return
         elements = int(np.prod([int(x) for x in buffer.shape]))
         name = self.fresh(buffer.name)
-        self.buffer_names[buffer] = name
+        self.buffer_names[buffer] = self.storage[buffer] = name
         offset = sum(_aligned_bytes(d, n) for _, d, n in self.scratch)
         self.scratch.append((name, str(buffer.dtype), elements))
         ctype = c_type(buffer.dtype)
@@ -371,6 +437,7 @@ class _Printer:
             raise CompileError(f"kernel {self.name}: declaration of unknown buffer "
                                f"{decl.buffer.name}")
         self.buffer_names[decl.buffer] = self.buffer_names[root]
+        self.storage[decl.buffer] = self.storage[root]
 
 
 def _aligned_bytes(dtype: str, elements: int) -> int:
@@ -394,7 +461,7 @@ def print_kernel(func: tirx.PrimFunc, name: str,
         if not isinstance(buffer.ty, tirx.BufferType):
             raise CompileError(f"kernel {name}: scalar parameter {buffer.name} is not supported")
         cname = p.fresh(buffer.name)
-        p.buffer_names[buffer] = cname
+        p.buffer_names[buffer] = p.storage[buffer] = cname
         elements = int(np.prod([int(x) for x in buffer.shape]))
         params.append((cname, str(buffer.dtype), elements, cname))
     for k, o in aliases.items():

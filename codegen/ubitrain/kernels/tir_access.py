@@ -126,6 +126,26 @@ class Access:
             self.stmt(body, loops, conditional)
 
 
+def tensor_loads(e) -> list:
+    """Every TensorLoad in expression `e` (loads in its indices too); UnknownTir for a node
+    the analysis does not model."""
+    if isinstance(e, _LEAVES):
+        return []
+    if isinstance(e, ir.TensorLoad):
+        return [e] + [x for i in e.indices for x in tensor_loads(i)]
+    if hasattr(e, "a") and hasattr(e, "b"):
+        return tensor_loads(e.a) + tensor_loads(e.b)
+    if isinstance(e, prim.Not):
+        return tensor_loads(e.a)
+    if isinstance(e, prim.Cast):
+        return tensor_loads(e.value)
+    if isinstance(e, prim.Select):
+        return [x for c in (e.condition, e.true_value, e.false_value) for x in tensor_loads(c)]
+    if isinstance(e, ir.Call):
+        return [x for a in e.args for x in tensor_loads(a)]
+    raise UnknownTir(type(e).__name__)
+
+
 def elements(buffer) -> int:
     n = 1
     for d in buffer.shape:
