@@ -29,6 +29,7 @@ class StateTensor:
     name: str
     value: np.ndarray
     is_parameter: bool
+    requires_grad: bool = True  # False: a parameter the user froze (PyTorch never updates it)
 
 
 @dataclass

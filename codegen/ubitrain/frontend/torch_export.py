@@ -96,7 +96,8 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
             tensor = state_dict[target].detach()
             var = relax.Var(c_name(target), relax.TensorType(tuple(tensor.shape),
                                                             _dtype_name(tensor.dtype)))
-            state.append(StateTensor(target, tensor.cpu().numpy().copy(), target in param_names))
+            state.append(StateTensor(target, tensor.cpu().numpy().copy(), target in param_names,
+                                     bool(state_dict[target].requires_grad)))
             state_vars[target] = var
         elif kind == "CONSTANT_TENSOR":  # a plain tensor attribute: part of the graph
             var = relax.const(exported.constants[target].detach().cpu().numpy())
@@ -114,6 +115,10 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
 
     mutation_targets = {o.arg.name: o.target for o in signature.output_specs
                         if o.kind.name == "BUFFER_MUTATION"}
+    # An in-place op on a model input (`F.relu(x, inplace=True)`) exports the input's new
+    # value as an extra output; the step does not write the caller's batch back.
+    input_mutations = {o.arg.name for o in signature.output_specs
+                       if o.kind.name == "USER_INPUT_MUTATION"}
     ctx = ConvertContext(bb=bb, training=training)
 
     def body():
@@ -124,7 +129,8 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
                 env[node] = _convert(ctx, node, env)
             elif node.op == "output":
                 outputs = list(node.args[0])
-        user_outputs = [env[o] for o in outputs if o.name not in mutation_targets]
+        user_outputs = [env[o] for o in outputs
+                        if o.name not in mutation_targets and o.name not in input_mutations]
         updates = {mutation_targets[o.name]: env[o] for o in outputs if o.name in mutation_targets}
         return user_outputs, updates
 

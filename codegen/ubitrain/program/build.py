@@ -210,7 +210,8 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
     if k == 1 and DEPTHWISE_INPUTS_IN_PLACE:
         calls = read_depthwise_inputs_in_place(calls, library)
     calls.append(Call("ub_copy", [loss, loss_out], [1], builtin=True))
-    train = Program("train_step", calls)
+    # Every state tensor keeps its bytes, also one that no call reads (an unused layer's).
+    train = Program("train_step", calls, held=list(state.values()))
 
     # ---- predict ----------------------------------------------------------------------------
     pred_fn = mod["predict"]

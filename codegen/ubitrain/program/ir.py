@@ -106,15 +106,18 @@ class Program:
     name: str  # "train_step" or "predict"
     calls: list[Call]
     in_place_bytes: int = 0  # bytes of outputs that share an input's buffer (inplace.py)
+    # slots that need their bytes though no call may use them (state of an unused layer)
+    held: list[Slot] = field(default_factory=list)
 
     def slots(self) -> list[Slot]:
         seen, order = set(), []
-        for call in self.calls:
-            for s in call.args + ([call.scratch] if call.scratch else []):
-                for x in (s, s.root):
-                    if id(x) not in seen:
-                        seen.add(id(x))
-                        order.append(x)
+        used = [s for call in self.calls
+                for s in call.args + ([call.scratch] if call.scratch else [])]
+        for s in used + self.held:
+            for x in (s, s.root):
+                if id(x) not in seen:
+                    seen.add(id(x))
+                    order.append(x)
         return order
 
     def lifetimes(self) -> dict[Slot, tuple[int, int]]:

@@ -213,7 +213,7 @@ def rewrite(program: Program, choices: dict[Candidate, str]) -> tuple[Program, d
         for cand in out_after.get(i, []):
             new_calls.append(Call(PAGE_OUT, [cand.root], [], builtin=True,
                                   attrs={"block": blocks[cand]}))
-    rewritten = Program(program.name, new_calls, program.in_place_bytes)
+    rewritten = Program(program.name, new_calls, program.in_place_bytes, program.held)
     return rewritten, decisions
 
 

@@ -36,19 +36,39 @@ class TrainingModule:
     micro_batches: int = 1  # the functions run on batch / micro_batches samples (labels: all)
 
 
-def resolve_trainable(graph: ForwardGraph, trainable) -> list[str]:
+def resolve_trainable(graph: ForwardGraph, trainable, reach_loss: set[str]) -> list[str]:
+    """The parameters that train: `trainable`'s (all that require a gradient when None),
+    less those the loss does not depend on, which PyTorch leaves alone too (no gradient, so
+    its optimizers skip them: no weight decay, no momentum)."""
     params = [s.name for s in graph.state if s.is_parameter]
     if trainable is None:
-        return params
-    if isinstance(trainable, SparseUpdate):
-        return trainable.select(params)
-    if isinstance(trainable, str):
-        trainable = [trainable]
-    unknown = [t for t in trainable if t not in params]
-    if unknown:
-        raise CompileError(f"trainable names {unknown} are not parameters of the model; "
-                           f"its parameters are: {', '.join(params)}")
-    return [p for p in params if p in set(trainable)]
+        chosen = [s.name for s in graph.state if s.is_parameter and s.requires_grad]
+    elif isinstance(trainable, SparseUpdate):
+        chosen = trainable.select(params)
+    else:
+        if isinstance(trainable, str):
+            trainable = [trainable]
+        unknown = [t for t in trainable if t not in params]
+        if unknown:
+            raise CompileError(f"trainable names {unknown} are not parameters of the model; "
+                               f"its parameters are: {', '.join(params)}")
+        chosen = [p for p in params if p in set(trainable)]
+    return [p for p in chosen if p in reach_loss]
+
+
+def state_reaching_loss(func: relax.Function, graph: ForwardGraph) -> set[str]:
+    """Names of the state tensors that the function's first output (the loss) reads."""
+    values = {b.var: b.value for block in func.body.blocks for b in block.bindings}
+    loss = func.body.body.fields[0] if isinstance(func.body.body, relax.Tuple) else func.body.body
+    seen, todo = set(), [loss]
+    while todo:
+        var = todo.pop()
+        if var in seen:
+            continue
+        seen.add(var)
+        if var in values:
+            todo.extend(relax.analysis.free_vars(values[var]))
+    return {name for name, var in graph.state_vars.items() if var in seen}
 
 
 def _model_order(graph: ForwardGraph, names: list[str], splits) -> list[str]:
@@ -102,7 +122,7 @@ def build_training_module(model, example_inputs: tuple, labels, loss: str,
     train_mod, graph = importer(train_inputs, True, extend)
     predict_mod, predict_graph = importer(train_inputs, False)
 
-    names = resolve_trainable(graph, trainable)
+    names = resolve_trainable(graph, trainable, state_reaching_loss(train_mod["main"], graph))
     if isinstance(trainable, SparseUpdate):
         splits = plan_splits(graph, trainable.channel_fractions(names))
         train_mod, graph = split_channels(train_mod, graph, splits)
