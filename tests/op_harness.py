@@ -177,30 +177,3 @@ def run_op(inner: nn.Module, inputs, tmp_path, seed: int = 0, dropout_masks=None
     for name in probe.param_names:
         np.testing.assert_array_equal(state["inner." + name], initial_state["inner." + name])
     return res
-
-
-# ---- the C runtime's dropout generator, in numpy --------------------------------------------
-_M64 = (1 << 64) - 1
-
-
-def splitmix64(state: int, n: int) -> tuple[np.ndarray, int]:
-    """`n` draws of ub_rng_next from `state`; returns (draws as uint64, new state)."""
-    out = np.empty(n, np.uint64)
-    for i in range(n):
-        state = (state + 0x9E3779B97F4A7C15) & _M64
-        z = state
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-        out[i] = z ^ (z >> 31)
-    return out, state
-
-
-def dropout_masks(seed: int, shapes, p: float) -> list[np.ndarray]:
-    """The masks `ub_dropout_mask` draws at the start of the first step, in graph order."""
-    state, masks = seed, []
-    scale = np.float32(1.0 / (1.0 - p))
-    for shape in shapes:
-        draws, state = splitmix64(state, int(np.prod(shape)))
-        u = (draws >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / 16777216.0)
-        masks.append(np.where(u < np.float32(p), np.float32(0.0), scale).reshape(shape))
-    return masks

@@ -13,10 +13,11 @@ import copy
 import numpy as np
 import pytest
 import torch
-from op_harness import dropout_masks, reference_dropout, rel_err, run_op
+from op_harness import reference_dropout, rel_err, run_op
 from torch import nn
 
 import ubitrain as ub
+from ubitrain.fidelity.dropout import dropout_masks
 
 
 def randn(*shape, seed=0, scale=1.0):
@@ -364,7 +365,7 @@ class TwoDropouts(nn.Module):
 
 def test_splitmix64_reference():
     """The numpy generator is SplitMix64 (reference outputs for seed 0 and 1234567)."""
-    from op_harness import splitmix64
+    from ubitrain.fidelity.dropout import splitmix64
     draws, _ = splitmix64(0, 3)
     assert [int(d) for d in draws] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
     draws, _ = splitmix64(1234567, 3)

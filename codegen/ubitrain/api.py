@@ -56,9 +56,12 @@ class Package:
     compile_seconds: float = 0.0
     frozen_in_flash: list[str] = field(default_factory=list)  # state kept as const data
 
-    def build(self, seed: int = 0, progress: bool | None = None) -> HostTrainer:
+    def build(self, seed: int = 0, progress: bool | None = None,
+              arena_fill: int = 0) -> HostTrainer:
         """Build the C project with CMake and load it (host target), or cross-compile it
-        and start its driver under the target's emulator (runtime/emulated_trainer.py)."""
+        and start its driver under the target's emulator (runtime/emulated_trainer.py).
+        `arena_fill`: the byte the host arena starts as (0xFF: NaN, to catch a read of
+        memory that nothing wrote)."""
         if not get_target(self.target).runs_on_host:
             from .runtime.target_build import start_trainer
             return start_trainer(self, get_target(self.target), seed=seed, progress=progress)
@@ -66,7 +69,7 @@ class Package:
         library = next(build_dir.glob(f"libub_{self.model_name}.so"), None)
         if library is None:
             raise CompileError(f"the build produced no libub_{self.model_name}.so in {build_dir}")
-        return HostTrainer(library, self, seed=seed)
+        return HostTrainer(library, self, seed=seed, arena_fill=arena_fill)
 
 
 def _as_tensor(x, what: str) -> torch.Tensor:

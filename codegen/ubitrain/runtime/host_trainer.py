@@ -44,7 +44,7 @@ def _ptr(a: np.ndarray):
 
 
 class HostTrainer(TrainerBase):
-    def __init__(self, library: Path, package, seed: int = 0):
+    def __init__(self, library: Path, package, seed: int = 0, arena_fill: int = 0):
         self.package = package
         self.lib = ctypes.CDLL(str(library))
         m = package.model_name
@@ -64,7 +64,9 @@ class HostTrainer(TrainerBase):
                                  tuple(t.shape[:t.ndim]), t.bytes))
             i += 1
         align = package.memory_plan.alignment
-        self._arena_raw = np.zeros(package.memory_plan.arena_bytes + align, np.uint8)
+        # arena_fill = 0xFF makes every byte that init does not write a NaN: a step that
+        # reads memory before writing it then shows (tests and the fuzzer use it)
+        self._arena_raw = np.full(package.memory_plan.arena_bytes + align, arena_fill, np.uint8)
         start = (-self._arena_raw.ctypes.data) % align
         self.arena = self._arena_raw[start:start + package.memory_plan.arena_bytes]
         self.ctx = _Ctx()
@@ -91,6 +93,11 @@ class HostTrainer(TrainerBase):
     @property
     def steps(self) -> int:
         return self.ctx.step
+
+    @property
+    def rng_state(self) -> int:
+        """The Dropout generator's state (SplitMix64), where the next step's masks start."""
+        return self.ctx.rng_state
 
     def _step_args(self, xs, y, loss) -> tuple:
         return (ctypes.byref(self.ctx), *[_ptr(x) for x in xs], _ptr(y), _ptr(loss))

@@ -1,0 +1,157 @@
+"""Where a model's gradient jumps: the elements that sit close to a kink of the op reading them.
+
+ReLU, its clamps and the max of a pooling window have a derivative that jumps (at 0, at the
+clamp's bounds, where two window elements tie). Two correct float32 programs that round
+differently may put such an element on either side of its kink and then back-propagate
+different, equally valid gradients: a difference that says nothing about correctness. So
+the referee records, for every such op a PyTorch run executes, each element's distance to
+its nearest kink (`DecisionRecorder`, a dispatch mode over ATen ops), and a run of the same
+step in float32 says how far rounding moves those distances. An element nearer its kink
+than `MARGIN` times that (per op call) is "near a kink": a difference there is not judged.
+
+Exact ties (distance 0 in float64 and float32 alike, such as ReLU's zeros meeting in a
+max-pool window) are resolved the same way by every implementation (the first element in
+scan order wins) and are not near a kink.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+aten = torch.ops.aten
+MARGIN = 16.0  # an element is safe when this many rounding spreads away from its kink
+FLOAT32_EPS = float(np.finfo(np.float32).eps)
+
+
+def _pair(v, n=2):
+    return list(v) * n if len(v) == 1 else list(v)
+
+
+def _window_gaps(x, kernel, stride, padding, dilation, out_hw):
+    """Per pooling window, its largest element minus its second largest (inf: no second)."""
+    kh, kw = _pair(kernel)
+    sh, sw = _pair(stride or kernel)
+    ph, pw = _pair(padding)
+    dh, dw = _pair(dilation)
+    n, c, h, w = x.shape
+    oh, ow = out_hw
+    if kh * kw == 1:
+        return torch.full((n, c, oh, ow), float("inf"), dtype=x.dtype)
+    need_h = (oh - 1) * sh + (kh - 1) * dh + 1
+    need_w = (ow - 1) * sw + (kw - 1) * dw + 1
+    xp = F.pad(x, (pw, max(pw, need_w - w - pw), ph, max(ph, need_h - h - ph)),
+               value=float("-inf"))
+    cols = F.unfold(xp.reshape(n * c, 1, *xp.shape[2:]), (kh, kw), dilation=(dh, dw),
+                    stride=(sh, sw))
+    rows = (xp.shape[2] - (kh - 1) * dh - 1) // sh + 1
+    cols = cols.reshape(n * c, kh * kw, rows, -1)[:, :, :oh, :ow]
+    top = cols.topk(2, dim=1).values
+    gap = top[:, 0] - top[:, 1]
+    return gap.nan_to_num(posinf=float("inf")).reshape(n, c, oh, ow)
+
+
+def _top2_gap(x, dims, keepdim=False):
+    dims = [d % x.dim() for d in ([dims] if isinstance(dims, int) else dims)] or \
+        list(range(x.dim()))
+    rest = [d for d in range(x.dim()) if d not in dims]
+    flat = x.permute(*rest, *dims).reshape(*[x.shape[d] for d in rest], -1)
+    if flat.shape[-1] < 2:
+        return torch.full(flat.shape[:-1], float("inf"), dtype=x.dtype)
+    top = flat.topk(2, dim=-1).values
+    return top[..., 0] - top[..., 1]
+
+
+def _bounds(x, *bounds):
+    """Distance to the nearest of the given bounds (None: no bound)."""
+    d = torch.full_like(x, float("inf"))
+    for b in bounds:
+        if b is not None:
+            d = torch.minimum(d, (x - b).abs())
+    return d
+
+
+def _scalar(v):
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+# aten op -> distance to the nearest kink of its derivative, from its arguments and output
+DISTANCES = {
+    aten.relu.default: lambda a, out: a[0],
+    aten.threshold.default: lambda a, out: a[0] - a[1],
+    aten.hardtanh.default: lambda a, out: _bounds(a[0], a[1] if len(a) > 1 else -1.0,
+                                                   a[2] if len(a) > 2 else 1.0),
+    aten.clamp.default: lambda a, out: _bounds(a[0], *[_scalar(v) for v in a[1:3]]),
+    aten.clamp_min.default: lambda a, out: a[0] - a[1],
+    aten.clamp_max.default: lambda a, out: a[0] - a[1],
+    aten.hardswish.default: lambda a, out: _bounds(a[0], -3.0, 3.0),
+    aten.hardsigmoid.default: lambda a, out: _bounds(a[0], -3.0, 3.0),
+    aten.leaky_relu.default: lambda a, out: a[0],
+    aten.elu.default: lambda a, out: a[0],
+    aten.abs.default: lambda a, out: a[0],
+    aten.maximum.default: lambda a, out: a[0] - a[1],
+    aten.minimum.default: lambda a, out: a[0] - a[1],
+    aten.max_pool2d_with_indices.default: lambda a, out: _window_gaps(
+        a[0] if a[0].dim() == 4 else a[0].unsqueeze(0), a[1], a[2] if len(a) > 2 else (),
+        a[3] if len(a) > 3 else 0, a[4] if len(a) > 4 else 1, out[0].shape[-2:]),
+    aten.max.dim: lambda a, out: _top2_gap(a[0], a[1]),
+    aten.amax.default: lambda a, out: _top2_gap(a[0], a[1] if len(a) > 1 else []),
+    aten.max.default: lambda a, out: _top2_gap(a[0], []),
+}
+for _cmp in ("gt", "lt", "ge", "le"):
+    for _overload in ("Tensor", "Scalar"):
+        DISTANCES[getattr(getattr(aten, _cmp), _overload)] = lambda a, out: a[0] - a[1]
+
+
+@dataclass
+class Decisions:
+    """The kink distances of one run, one array per op call in execution order."""
+
+    ops: list[str]
+    distances: list[np.ndarray]
+
+
+class DecisionRecorder(TorchDispatchMode):
+    """Inside `with DecisionRecorder() as rec:`, every op of DISTANCES records its distances."""
+
+    def __init__(self):
+        super().__init__()
+        self.decisions = Decisions([], [])
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        rule = DISTANCES.get(func)
+        if rule is not None and isinstance(args[0], torch.Tensor) and \
+                args[0].dtype.is_floating_point:
+            with torch.no_grad():
+                d = rule(args, out)
+            d = d if isinstance(d, torch.Tensor) else torch.as_tensor(d)
+            self.decisions.ops.append(str(func))
+            self.decisions.distances.append(d.detach().double().numpy().copy())
+        return out
+
+
+def near_kinks(exact: Decisions, rounded: Decisions) -> list[str]:
+    """The op calls with elements nearer their kink than MARGIN rounding spreads: "op: k of
+    n elements" each. `exact` comes from a float64 run, `rounded` from the same in float32."""
+    if exact.ops != rounded.ops:
+        return [f"the float32 run took other ops ({len(rounded.ops)} kink ops against "
+                f"{len(exact.ops)})"]
+    found = []
+    for op, d64, d32 in zip(exact.ops, exact.distances, rounded.distances):
+        d64, d32 = np.broadcast_arrays(d64, d32)
+        finite = np.isfinite(d64) & np.isfinite(d32)
+        if not finite.any():
+            continue
+        spread = float(np.max(np.abs(d32[finite] - d64[finite]), initial=0.0))
+        scale = float(np.max(np.abs(d64[finite]), initial=0.0))
+        reach = MARGIN * max(spread, 4 * FLOAT32_EPS * scale)
+        tie = (d64 == 0) & (d32 == 0)
+        near = finite & ~tie & (np.abs(d64) <= reach)
+        if near.any():
+            found.append(f"{op}: {int(near.sum())} of {d64.size} elements")
+    return found

@@ -1,0 +1,177 @@
+"""The verdict: does the generated C train this model as PyTorch does?
+
+For every step, the referee starts PyTorch from the state the C reached before it (teacher
+forcing: parameters, buffers, optimizer state, the Dropout generator), runs that step in
+float64 (the referee) and in float32 three times (once as is, twice with inputs and state
+moved by one rounding, reference.py), and compares what the step changed: the loss, and
+for every parameter, buffer and optimizer state tensor the change `new - old`. Comparing
+the change, not the new value, keeps small gradients visible under large weights, and the
+optimizer state after the first step is the gradient itself (SGD's momentum buffer) or a
+multiple of it (Adam's first moment), so gradients are checked directly. After the last
+step, the eval-mode output of `predict` is compared too.
+
+Tolerance, per tensor: the C's error against float64 must be at most `SPREAD_FACTOR` times
+the largest error of the float32 runs (what rounding does to this model here), plus
+`FLOOR` float32 roundings of the tensor's scale (for values that float32 PyTorch happens to
+compute exactly). A tensor whose float32 PyTorch already drifts is judged against float64
+with that drift as the yardstick: a model cannot be waved through by a fixed constant.
+
+A failed check at a step where an element sat near a kink (kinks.py) is not a mismatch but
+"near kink": both sides of a kink are valid float32 results. The fuzzer draws new data for
+such a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .kinks import FLOAT32_EPS, near_kinks
+from .reference import Reference
+
+SPREAD_FACTOR = 8.0
+FLOOR = 4.0  # float32 roundings of the tensor's largest value
+PERTURBED_RUNS = 2
+
+
+@dataclass
+class Check:
+    step: int  # 1-based; 0 for the eval output after the last step
+    name: str
+    error: float  # max |ub - float64|, relative to the float64 value's scale
+    spread: float  # max |float32 PyTorch - float64|, the same way
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return self.error <= self.tolerance
+
+    def __str__(self):
+        return (f"step {self.step} {self.name}: error {self.error:.2e}, float32 PyTorch "
+                f"{self.spread:.2e}, tolerance {self.tolerance:.2e}")
+
+
+@dataclass
+class Verdict:
+    status: str  # "match", "mismatch" or "near kink"
+    checks: list[Check] = field(default_factory=list)
+    near_kinks: dict[int, list[str]] = field(default_factory=dict)  # step -> ops
+    # what the C computed: per step (loss, state, optimizer state), then predict's output
+    trajectory: list = field(default_factory=list, repr=False)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def summary(self) -> str:
+        if self.status == "match":
+            worst = max(self.checks, key=lambda c: c.error / max(c.tolerance, 1e-300),
+                        default=None)
+            return "match" + (f" (closest: {worst})" if worst else "")
+        lines = [self.status] + [f"  {c}" for c in self.failures[:8]]
+        if len(self.failures) > 8:
+            lines.append(f"  ... {len(self.failures) - 8} more")
+        for step, ops in self.near_kinks.items():
+            lines.append(f"  near a kink at step {step}: {'; '.join(ops)}")
+        return "\n".join(lines)
+
+
+def compare(name, step, got, exact, rounded: list, base=None) -> Check:
+    """`got` (the C) and `rounded` (float32 runs) against `exact`, as changes from `base`."""
+    exact = np.asarray(exact, np.float64)
+    base = np.zeros_like(exact) if base is None else np.asarray(base, np.float64)
+    want = exact - base
+    scale = max(float(np.max(np.abs(want), initial=0.0)), 1e-300)
+    if not np.issubdtype(np.asarray(got).dtype, np.floating):  # counters: exactly
+        error = float(np.any(np.asarray(got) != exact))
+        return Check(step, name, error, 0.0, 0.0)
+
+    def err(x):
+        d = np.abs((np.asarray(x, np.float64) - base) - want)
+        return float(np.max(np.where(np.isnan(d), np.inf, d), initial=0.0)) / scale
+
+    spread = max(err(r) for r in rounded)
+    values = max(float(np.max(np.abs(exact), initial=0.0)), float(np.max(np.abs(base),
+                                                                        initial=0.0)))
+    floor = FLOOR * FLOAT32_EPS * max(values / scale, 1.0)
+    return Check(step, name, err(got), spread, SPREAD_FACTOR * spread + floor)
+
+
+def referee(trainer, reference: Reference, batches, seed: int = 0) -> Verdict:
+    """Train `trainer` (the generated C, built with `seed`) on `batches` = [(x..., y)] and
+    judge every step against `reference`; the trainer's state moves on as it goes."""
+    state = reference.initial_state()
+    opt_state: dict[str, np.ndarray] = {}
+    rng = seed
+    checks, kinks, trajectory = [], {}, []
+    for k, batch in enumerate(batches, 1):
+        exact = reference.step(state, opt_state, k, batch, rng, torch.float64, record=True)
+        rounded = [reference.step(state, opt_state, k, batch, rng, torch.float32,
+                                  record=(v == 0), perturb=None if v == 0 else v)
+                   for v in range(PERTURBED_RUNS + 1)]
+        found = near_kinks(exact.decisions, rounded[0].decisions)
+        if found:
+            kinks[k] = found
+        loss = trainer.step(*batch)
+        new_state, new_opt = trainer.parameters(), trainer.optimizer_state()
+        trajectory.append((loss, new_state, new_opt))
+        checks.append(compare("loss", k, loss, exact.loss, [r.loss for r in rounded]))
+        for name, value in new_state.items():
+            checks.append(compare(name, k, value, exact.state[name],
+                                  [r.state[name] for r in rounded], state[name]))
+        for name, value in new_opt.items():
+            checks.append(compare(name, k, value, exact.opt_state[name],
+                                  [r.opt_state[name] for r in rounded], opt_state.get(name)))
+        state, opt_state = new_state, new_opt  # teacher forcing: go on from the C's state
+        rng = getattr(trainer, "rng_state", exact.rng_state)
+    xs = batches[-1][:-1]
+    exact = reference.evaluate(state, xs, record=True)
+    rounded = [reference.evaluate(state, xs, torch.float32, perturb=None if v == 0 else v,
+                                  record=(v == 0)) for v in range(PERTURBED_RUNS + 1)]
+    found = near_kinks(exact.decisions, rounded[0].decisions)
+    if found:
+        kinks[0] = found
+    output = trainer.predict(*xs)
+    trajectory.append(output)
+    checks.append(compare("predict", 0, output, exact.output, [r.output for r in rounded]))
+    failed_steps = {c.step for c in checks if not c.ok}
+    if not failed_steps:
+        status = "match"
+    elif failed_steps <= set(kinks):
+        status = "near kink"
+    else:
+        status = "mismatch"
+    return Verdict(status, checks, kinks, trajectory)
+
+
+def kinks_along(reference: Reference, batches, seed: int = 0) -> dict[int, list[str]]:
+    """The near-kink elements (kinks.py) of PyTorch's own float64 run over `batches`, by
+    step (0: the eval pass after it): data to avoid when choosing a test's batches."""
+    state, opt_state, rng, found = reference.initial_state(), {}, seed, {}
+    for k, batch in enumerate(batches, 1):
+        exact = reference.step(state, opt_state, k, batch, rng, torch.float64, record=True)
+        rounded = reference.step(state, opt_state, k, batch, rng, torch.float32, record=True)
+        if near := near_kinks(exact.decisions, rounded.decisions):
+            found[k] = near
+        state, opt_state, rng = exact.state, exact.opt_state, exact.rng_state
+    xs = batches[-1][:-1]
+    near = near_kinks(reference.evaluate(state, xs, record=True).decisions,
+                      reference.evaluate(state, xs, torch.float32, record=True).decisions)
+    if near:
+        found[0] = near
+    return found
+
+
+def judge(model, batches, optimizer, out_dir, loss: str = "cross_entropy", seed: int = 0,
+          **compile_options) -> Verdict:
+    """Compile `model` for the host, build it with its arena poisoned (every byte 0xFF, so
+    that a read of memory nothing wrote gives NaN) and referee it over `batches`."""
+    from ..api import compile as ub_compile
+
+    *xs, y = batches[0]
+    pkg = ub_compile(model, tuple(xs), y, loss=loss, optimizer=optimizer, out_dir=out_dir,
+                     **compile_options)
+    trainer = pkg.build(seed=seed, arena_fill=0xFF)
+    return referee(trainer, Reference(model, optimizer, loss, pkg.trainable), batches, seed)

@@ -1,0 +1,192 @@
+"""PyTorch as the referee: one training step from a given state, in float64 or in float32.
+
+`Reference.step` loads a model state (parameters, buffers, optimizer state) into a copy of
+the model in the asked dtype, runs one training step with PyTorch's own optimizer, and
+returns the state after it. Starting every step from the state the generated C reached
+(teacher forcing, referee.py) keeps float32 rounding from compounding over steps. Dropout
+applies the masks the C runtime draws from the same generator state (dropout.py).
+
+A float32 run can be `perturbed`: every input and state element moves by about one float32
+rounding (a relative 2^-24, of random sign). How far such runs land from the float64 run
+says how much rounding this model and step amplify; the referee derives its tolerance
+from it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from ..optim import SGD, Adam, AdamW
+from .dropout import dropout_mask
+from .kinks import DecisionRecorder, Decisions
+
+LOSSES = {"cross_entropy": F.cross_entropy, "mse": F.mse_loss}
+
+
+@dataclass
+class StepResult:
+    state: dict[str, np.ndarray]  # state_dict names
+    opt_state: dict[str, np.ndarray]  # "<parameter>.<state>", as trainer.optimizer_state()
+    loss: float
+    decisions: Decisions | None = None
+    rng_state: int = 0  # the Dropout generator after the step's masks
+
+
+@dataclass
+class EvalResult:
+    output: np.ndarray
+    decisions: Decisions | None = None
+
+
+class _UbDropout(TorchFunctionMode):
+    """F.dropout in training mode multiplies by the C runtime's next mask."""
+
+    def __init__(self, rng_state: int):
+        super().__init__()
+        self.rng_state = rng_state
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.dropout:
+            x = args[0]
+            p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+            training = kwargs.get("training", args[2] if len(args) > 2 else True)
+            if not training or p == 0:
+                return x
+            mask, self.rng_state = dropout_mask(self.rng_state, tuple(x.shape), p)
+            return x * torch.from_numpy(mask).to(x.dtype)
+        return func(*args, **kwargs)
+
+
+def torch_optimizer(optimizer, params):
+    """The torch.optim optimizer of a ubitrain optimizer, with the same settings."""
+    if isinstance(optimizer, SGD):
+        return torch.optim.SGD(params, lr=optimizer.lr, momentum=optimizer.momentum,
+                               dampening=optimizer.dampening,
+                               weight_decay=optimizer.weight_decay, nesterov=optimizer.nesterov)
+    cls = torch.optim.AdamW if isinstance(optimizer, AdamW) else torch.optim.Adam
+    assert isinstance(optimizer, Adam)
+    return cls(params, lr=optimizer.lr, betas=optimizer.betas, eps=optimizer.eps,
+               weight_decay=optimizer.weight_decay)
+
+
+def _tensor(value) -> torch.Tensor:
+    """A copy of a numpy array or tensor, as a tensor."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    return torch.from_numpy(np.array(value))
+
+
+def _perturbed(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    if not t.dtype.is_floating_point:
+        return t
+    sign = torch.randint(0, 3, t.shape, generator=gen).to(t.dtype) - 1
+    return t * (1 + sign * 2.0 ** -24)
+
+
+@dataclass
+class Reference:
+    model: torch.nn.Module  # the model as compiled (float32, its initial state)
+    optimizer: object  # ub.SGD / ub.Adam / ub.AdamW
+    loss: str
+    trainable: list[str]
+    _param_names: list[str] = field(init=False)
+
+    def __post_init__(self):
+        self.model = copy.deepcopy(self.model).float()
+        self._param_names = [n for n, _ in self.model.named_parameters()]
+
+    def initial_state(self) -> dict[str, np.ndarray]:
+        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def _instance(self, state, dtype, gen):
+        m = copy.deepcopy(self.model)
+        values = {k: _tensor(v) for k, v in state.items()}
+        values = {k: (v.to(dtype) if v.dtype.is_floating_point else v)
+                  for k, v in values.items()}
+        if gen is not None:
+            values = {k: _perturbed(v, gen) for k, v in values.items()}
+        m = m.to(dtype)
+        m.load_state_dict(values)
+        return m
+
+    def _inputs(self, xs, dtype, gen):
+        out = []
+        for x in xs:
+            t = _tensor(x)
+            if t.dtype.is_floating_point:
+                t = t.to(dtype)
+                if gen is not None:
+                    t = _perturbed(t, gen)
+            out.append(t)
+        return out
+
+    def step(self, state, opt_state, step: int, batch, rng_state: int, dtype=torch.float64,
+             perturb: int | None = None, record: bool = False) -> StepResult:
+        """One step (the `step`-th, 1-based) from `state` and `opt_state` on `batch`
+        = (x..., y)."""
+        gen = torch.Generator().manual_seed(perturb) if perturb is not None else None
+        m = self._instance(state, dtype, gen).train()
+        params = dict(m.named_parameters())
+        trained = [params[n] for n in self.trainable]
+        for name, p in params.items():
+            p.requires_grad_(name in self.trainable)
+        opt = torch_optimizer(self.optimizer, trained)
+        names = _state_names(self.optimizer)
+        if step > 1 and names:
+            for n, p in zip(self.trainable, trained):
+                slot = {s: _tensor(opt_state[f"{n}.{s}"]).to(dtype)
+                        for s in names}
+                if isinstance(self.optimizer, Adam):
+                    slot["step"] = torch.tensor(float(step - 1))
+                opt.state[p] = slot
+        *xs, y = batch
+        xs = self._inputs(xs, dtype, gen)
+        target = _tensor(y)
+        if target.dtype.is_floating_point:
+            target = target.to(dtype)
+        recorder = DecisionRecorder() if record else None
+        with _UbDropout(rng_state) as dropout:
+            if recorder is not None:
+                with recorder:
+                    loss = self._loss_and_backward(m, xs, target)
+            else:
+                loss = self._loss_and_backward(m, xs, target)
+        opt.step()
+        new_opt = {}
+        for n, p in zip(self.trainable, trained):
+            for s in names:
+                new_opt[f"{n}.{s}"] = opt.state[p][s].detach().double().numpy().copy()
+        new_state = {k: v.detach().numpy().copy() for k, v in m.state_dict().items()}
+        return StepResult(new_state, new_opt, float(loss), recorder and recorder.decisions,
+                          dropout.rng_state)
+
+    def _loss_and_backward(self, m, xs, target):
+        loss = LOSSES[self.loss](m(*xs), target)
+        if self.trainable:
+            loss.backward()
+        return loss.detach()
+
+    def evaluate(self, state, xs, dtype=torch.float64, perturb: int | None = None,
+                 record: bool = False) -> EvalResult:
+        """The eval-mode forward (what `trainer.predict` computes) from `state`."""
+        gen = torch.Generator().manual_seed(perturb) if perturb is not None else None
+        m = self._instance(state, dtype, gen).eval()
+        recorder = DecisionRecorder() if record else None
+        with torch.no_grad():
+            if recorder is not None:
+                with recorder:
+                    out = m(*self._inputs(xs, dtype, gen))
+            else:
+                out = m(*self._inputs(xs, dtype, gen))
+        return EvalResult(out.double().numpy(), recorder and recorder.decisions)
+
+
+def _state_names(optimizer) -> tuple[str, ...]:
+    return tuple(optimizer.state_names)

@@ -1,0 +1,139 @@
+"""Models that ubitrain once trained silently wrong, each judged against PyTorch in float64
+step by step (ubitrain.fidelity.referee: tolerance from PyTorch's own float32 spread, the
+arena poisoned with NaN so that a read of unwritten memory shows)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import ubitrain as ub
+from ubitrain.fidelity.referee import judge
+
+
+def batches(shape, classes, steps=3, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randn(shape, generator=gen), torch.randint(0, classes, (shape[0],),
+                                                              generator=gen))
+            for _ in range(steps)]
+
+
+def assert_match(verdict):
+    assert verdict.status == "match", verdict.summary()
+
+
+class ReluAvgPool(nn.Module):
+    """avg_pool2d with stride >= kernel after a nonlinear op: the fused, in-place gradient
+    kernel (pool gradient, then ReLU mask) computed its one-tap reduction before zeroing it
+    (the printer hoisted a reduction's update above its init)."""
+
+    def __init__(self, k, s, p, ceil):
+        super().__init__()
+        self.c, self.pool = nn.Conv2d(3, 8, 3, 1, 1), (k, s, p, ceil)
+        with torch.no_grad():
+            size = F.avg_pool2d(torch.zeros(1, 8, 16, 16), k, s, p, ceil).numel()
+        self.fc = nn.Linear(size, 10)
+
+    def forward(self, x):
+        k, s, p, ceil = self.pool
+        return self.fc(F.avg_pool2d(torch.tanh(self.c(x)), k, s, p, ceil).flatten(1))
+
+
+@pytest.mark.parametrize("pool", [(2, 2, 0, False), (3, 3, 0, False), (2, 2, 1, False),
+                                  (1, 2, 0, True), (2, 3, 0, False)])
+def test_average_pool_after_activation(pool, tmp_path):
+    torch.manual_seed(0)
+    assert_match(judge(ReluAvgPool(*pool), batches((4, 3, 16, 16), 10),
+                       ub.SGD(lr=0.05, momentum=0.9), tmp_path))
+
+
+class SumOfSum(nn.Module):
+    """A reduction over a size-1 dim combined with its own input: `u - s` is 0, but the
+    fused forward kernel read its accumulator before zeroing it."""
+
+    def __init__(self):
+        super().__init__()
+        self.c, self.fc = nn.Conv2d(3, 4, 3, 1, 1), nn.Linear(4, 2)
+
+    def forward(self, x):
+        s = self.c(x).sum((2, 3), keepdim=True)
+        return self.fc((s.sum(2, keepdim=True) - s + s.mean(2, keepdim=True)).flatten(1))
+
+
+def test_reduction_over_a_size_one_dim(tmp_path):
+    torch.manual_seed(0)
+    assert_match(judge(SumOfSum(), batches((2, 3, 5, 5), 2), ub.SGD(lr=0.05, momentum=0.9),
+                       tmp_path))
+
+
+class OneChannelNorm(nn.Module):
+    """BatchNorm2d(1): its parameters have one element, and the in-place optimizer update
+    of a one-element tensor (no loop around the stores) wrote the new weight before the
+    moments read the old one for the weight decay."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn, self.fc = nn.BatchNorm2d(1), nn.Linear(36, 3)
+
+    def forward(self, x):
+        b = self.bn(x)
+        return self.fc(((b * x) * b).flatten(1))
+
+
+@pytest.mark.parametrize("optimizer", [ub.Adam(lr=1e-2, weight_decay=1e-2),
+                                       ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-2),
+                                       ub.AdamW(lr=1e-2)], ids=["adam", "sgd", "adamw"])
+def test_one_element_parameters_with_weight_decay(optimizer, tmp_path):
+    torch.manual_seed(0)
+    assert_match(judge(OneChannelNorm(), batches((4, 1, 6, 6), 3), optimizer, tmp_path))
+
+
+class UnusedLayers(nn.Module):
+    """A registered BatchNorm and Linear that forward never calls: PyTorch keeps their state
+    and its optimizers skip them (no gradient: no weight decay, no momentum)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn, self.unused_bn, self.unused_fc = nn.BatchNorm2d(3), nn.BatchNorm2d(4), \
+            nn.Linear(4, 4)
+        self.fc = nn.Linear(48, 3)
+
+    def forward(self, x):
+        return self.fc(self.bn(x).flatten(1))
+
+
+def test_unused_layers_keep_their_state(tmp_path):
+    torch.manual_seed(0)
+    model = UnusedLayers()
+    verdict = judge(model, batches((2, 3, 4, 4), 3), ub.SGD(lr=0.1, momentum=0.9,
+                                                           weight_decay=0.1), tmp_path)
+    assert_match(verdict)
+    state = verdict.trajectory[-2][1]
+    for name, value in model.state_dict().items():
+        if name.startswith("unused"):
+            assert (state[name] == value.numpy()).all(), name
+
+
+class InPlaceOnInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(48, 3)
+
+    def forward(self, x):
+        return self.fc(F.relu(x, inplace=True).flatten(1))
+
+
+def test_in_place_activation_on_the_model_input(tmp_path):
+    torch.manual_seed(0)
+    assert_match(judge(InPlaceOnInput(), batches((2, 3, 4, 4), 3), ub.SGD(lr=0.1), tmp_path))
+
+
+def test_parameters_that_do_not_require_grad_stay_frozen(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
+    model[0].requires_grad_(False)
+    verdict = judge(model, batches((4, 6), 3), ub.SGD(lr=0.1, weight_decay=0.1), tmp_path)
+    assert_match(verdict)
+    state = verdict.trajectory[-2][1]
+    assert (state["0.weight"] == model[0].weight.detach().numpy()).all()
+    assert (state["0.bias"] == model[0].bias.detach().numpy()).all()
