@@ -10,7 +10,6 @@ import torch
 from torch import nn
 
 import ubitrain as ub
-import ubitrain.program.build as program_build
 import ubitrain.program.pool_relu as pool_relu
 
 STEPS = 3
@@ -43,11 +42,11 @@ def data():
             for _ in range(STEPS)]
 
 
-def train(pool, fused, out_dir, monkeypatch):
-    monkeypatch.setattr(program_build, "POOL_RELU_GRADS", fused)
+def train(pool, fused, out_dir):
     batches = data()
     pkg = ub.compile(model(pool), (batches[0][0],), batches[0][1],
-                     optimizer=ub.SGD(lr=0.1, momentum=0.9), out_dir=out_dir)
+                     optimizer=ub.SGD(lr=0.1, momentum=0.9), out_dir=out_dir,
+                     disable_passes=() if fused else ("pool_relu_grads",))
     calls = pkg.programs["train_step"].calls
     trainer = pkg.build()
     for x, y in batches:
@@ -55,13 +54,12 @@ def train(pool, fused, out_dir, monkeypatch):
     return calls, pkg.memory_plan.arena_bytes, trainer.parameters()
 
 
-def test_fused_pool_relu_gradient_is_bit_identical_in_place_and_like_pytorch(tmp_path,
-                                                                            monkeypatch):
-    calls, arena, params = train(nn.MaxPool2d(2), True, tmp_path / "fused", monkeypatch)
+def test_fused_pool_relu_gradient_is_bit_identical_in_place_and_like_pytorch(tmp_path):
+    calls, arena, params = train(nn.MaxPool2d(2), True, tmp_path / "fused")
     fused = [c for c in calls if "max_pool2d_backward_relu" in c.kernel]
     assert len(fused) == 2
     assert all(c.args[2].root is c.args[1].root for c in fused)  # dz over x: in place
-    _, arena_apart, apart = train(nn.MaxPool2d(2), False, tmp_path / "apart", monkeypatch)
+    _, arena_apart, apart = train(nn.MaxPool2d(2), False, tmp_path / "apart")
     assert arena < arena_apart
     for name, value in params.items():
         assert np.array_equal(value, apart[name]), name
@@ -79,16 +77,16 @@ def test_fused_pool_relu_gradient_is_bit_identical_in_place_and_like_pytorch(tmp
 def test_fused_pool_relu_gradient_out_of_place_is_bit_identical(tmp_path, monkeypatch):
     # dz gets its own buffer
     monkeypatch.setattr(pool_relu, "take_dying_buffer", lambda *args: None)
-    calls, _, params = train(nn.MaxPool2d(2), True, tmp_path / "fused", monkeypatch)
+    calls, _, params = train(nn.MaxPool2d(2), True, tmp_path / "fused")
     fused = [c for c in calls if "max_pool2d_backward_relu" in c.kernel]
     assert len(fused) == 2 and all(c.args[2].root is not c.args[1].root for c in fused)
-    _, _, apart = train(nn.MaxPool2d(2), False, tmp_path / "apart", monkeypatch)
+    _, _, apart = train(nn.MaxPool2d(2), False, tmp_path / "apart")
     for name, value in params.items():
         assert np.array_equal(value, apart[name]), name
 
 
-def test_overlapping_windows_are_not_fused(tmp_path, monkeypatch):
-    calls, _, _ = train(nn.MaxPool2d(3, stride=2), True, tmp_path / "overlap", monkeypatch)
+def test_overlapping_windows_are_not_fused(tmp_path):
+    calls, _, _ = train(nn.MaxPool2d(3, stride=2), True, tmp_path / "overlap")
     kernels = [c.kernel for c in calls]
     assert not any("max_pool2d_backward_relu" in k for k in kernels)
     assert any("max_pool2d_backward" in k for k in kernels)

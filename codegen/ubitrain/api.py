@@ -26,6 +26,7 @@ from .optim import OPTIMIZERS, SGD
 from .program.build import build_programs
 from .program.frozen_state import fold_frozen_calls, keep_frozen_state_in_flash
 from .program.ir import Program, Slot
+from .program.passes import Passes, passes
 from .progress import Steps
 from .project.emit import render_project
 from .runtime.build import cmake_build
@@ -128,14 +129,16 @@ class _Lowered:
     plan: MemoryPlan
 
 
-def _lower(tm, optimizer, tgt, fusion) -> _Lowered:
-    library = KernelLibrary(tgt.isa)
+def _lower(tm, optimizer, tgt, switches: Passes) -> _Lowered:
+    library = KernelLibrary(tgt.isa if switches.on("microkernels") else "scalar",
+                            reuse_outputs=switches.on("output_reuse"))
     train, predict, state, opt_state, inputs, label_slot, output = build_programs(
-        tm, optimizer, library, tgt.accumulate_dtype, fusion)
+        tm, optimizer, library, tgt.accumulate_dtype, switches)
     frozen, folded_bytes = {}, 0
     if tgt.frozen_state_in_flash:
         frozen = keep_frozen_state_in_flash([train, predict], state)
-        folded_bytes = fold_frozen_calls([train, predict], library)
+        if switches.on("fold_frozen_calls"):
+            folded_bytes = fold_frozen_calls([train, predict], library)
     plan = plan_memory([train, predict], alignment=tgt.alignment)
     return _Lowered(tm, library, train, predict, state, opt_state, inputs, label_slot, output,
                     frozen, folded_bytes, plan)
@@ -144,12 +147,14 @@ def _lower(tm, optimizer, tgt, fusion) -> _Lowered:
 def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimizer=None,
             trainable=None, target: str = "host", precision: str = "fp32",
             memory_budget=None, out_dir="build/model", progress: bool | None = None,
-            fusion: bool = True, micro_batches: int | None = None) -> Package:
+            fusion: bool = True, micro_batches: int | None = None,
+            disable_passes=()) -> Package:
     """`progress`: a bar on stderr over the compile steps (None: when stderr is a terminal).
-    `fusion=False` keeps one kernel per op (lowering/fusion.py), for debugging: the results
-    are the same bit for bit. `micro_batches=k` runs each step as k micro-batches of
-    batch/k samples with gradient accumulation (program/micro_batch.py); None lets a
-    `memory_budget` choose k (memory/micro_batching.py), else 1."""
+    `disable_passes`: names of rewrite passes to switch off (program/passes.py lists them),
+    for debugging: the step trains the same, bit for bit but for "microkernels".
+    `fusion=False` is `disable_passes=("fuse_kernels",)`. `micro_batches=k` runs each step
+    as k micro-batches of batch/k samples with gradient accumulation (program/micro_batch.py);
+    None lets a `memory_budget` choose k (memory/micro_batching.py), else 1."""
     start = time.perf_counter()
     tgt = get_target(target)
     if loss not in LOSSES:
@@ -164,6 +169,7 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
         from .int8.compile import compile_int8
         return compile_int8(model, example_inputs, labels, loss, optimizer, trainable, target,
                             memory_budget, out_dir)
+    switches = passes(tuple(disable_passes) + (() if fusion else ("fuse_kernels",)))
     optimizer = optimizer if optimizer is not None else SGD()
     if not isinstance(optimizer, OPTIMIZERS):
         raise CompileError(f"optimizer must be ub.SGD, ub.Adam or ub.AdamW, got "
@@ -193,12 +199,12 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
         step("trace and differentiate")
         tm = trace(micro_batches or 1)
         step("lower kernels")
-        low = _lower(tm, optimizer, tgt, fusion)
+        low = _lower(tm, optimizer, tgt, switches)
         step("plan memory")
         train, plan = low.train, low.plan
         if memory_budget is not None:  # micro-batch / recompute / page to fit (memory/)
             low, train, plan = fit_micro_batched(
-                low, lambda k: _lower(trace(k), optimizer, tgt, fusion), memory_budget,
+                low, lambda k: _lower(trace(k), optimizer, tgt, switches), memory_budget,
                 target, batch, micro_batches, bool(batch_coupled_layers(model, tm)),
                 one_batch_dimension(example_inputs, labels))
         tm, library, predict, state, opt_state = (low.tm, low.library, low.predict,

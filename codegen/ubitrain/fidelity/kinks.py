@@ -28,8 +28,9 @@ MARGIN = 16.0  # an element is safe when this many rounding spreads away from it
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
 
 
-def _pair(v, n=2):
-    return list(v) * n if len(v) == 1 else list(v)
+def _pair(v):
+    v = [v] if isinstance(v, int) else list(v)
+    return v * 2 if len(v) == 1 else v
 
 
 def _window_gaps(x, kernel, stride, padding, dilation, out_hw):

@@ -134,7 +134,8 @@ class CKernel:
 
 
 class _Printer:
-    def __init__(self, func: tirx.PrimFunc, name: str, in_place: bool = False):
+    def __init__(self, func: tirx.PrimFunc, name: str, in_place: bool = False,
+                 reuse_outputs: bool = True):
         self.func = func
         self.name = name
         self.in_place = in_place
@@ -146,7 +147,8 @@ class _Printer:
         self.used_names: set[str] = set()
         self.scratch: list[tuple[str, str, int]] = []  # (name, dtype, elements)
         self.written_vars: set[str] = set()  # C names of buffers stored to
-        self.reuse = output_reuse(func)  # internal buffer -> the output parameter it lives in
+        # internal buffer -> the output parameter it lives in
+        self.reuse = output_reuse(func) if reuse_outputs else {}
 
     # ---- names -------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -445,8 +447,8 @@ def _aligned_bytes(dtype: str, elements: int) -> int:
     return (nbytes + 15) // 16 * 16
 
 
-def print_kernel(func: tirx.PrimFunc, name: str,
-                 aliases: dict[int, int] | None = None) -> CKernel:
+def print_kernel(func: tirx.PrimFunc, name: str, aliases: dict[int, int] | None = None,
+                 reuse_outputs: bool = True) -> CKernel:
     """Print `func` (already lowered) as a C function called `name`.
 
     With `aliases` ({input index: output index}), the kernel is called with each such
@@ -455,7 +457,7 @@ def print_kernel(func: tirx.PrimFunc, name: str,
     sees one base, still vectorises; and each element's values are all computed before any
     is stored."""
     aliases = aliases or {}
-    p = _Printer(func, name, in_place=bool(aliases))
+    p = _Printer(func, name, in_place=bool(aliases), reuse_outputs=reuse_outputs)
     params = []
     for buffer in func.params:
         if not isinstance(buffer.ty, tirx.BufferType):

@@ -23,8 +23,9 @@ DTYPE_TOKENS = {"float32": "f32", "int8": "s8", "int32": "s32", "int64": "s64", 
 
 
 class KernelLibrary:
-    def __init__(self, isa: str = "scalar"):
+    def __init__(self, isa: str = "scalar", reuse_outputs: bool = True):
         self.isa = isa  # the target's micro-kernel ISA; printed kernels are always `scalar`
+        self.reuse_outputs = reuse_outputs  # fused intermediates may live in their output
         self.kernels: dict[str, CKernel] = {}
         self.support: dict[str, str] = {}  # code shared by micro-kernels, by name
         self._by_hash: dict[tuple, list[tuple[tirx.PrimFunc, CKernel]]] = {}  # (hash, aliases)
@@ -54,7 +55,7 @@ class KernelLibrary:
         while name in self.kernels:
             name, i = f"{base}{i}__scalar", i + 1
         lowered = self._lower(func, op_name)
-        kernel = print_kernel(lowered, name, aliases)
+        kernel = print_kernel(lowered, name, aliases, self.reuse_outputs)
         self.kernels[name] = kernel
         self.lowered[name] = lowered
         self._by_hash.setdefault(key, []).append((func, kernel))
@@ -99,7 +100,8 @@ class KernelLibrary:
             variant, i = f"{base}_inplace__{isa}", 1
             while variant in self.kernels:
                 variant, i = f"{base}_inplace{i}__{isa}", i + 1
-            self.kernels[variant] = print_kernel(self.lowered[name], variant, aliases)
+            self.kernels[variant] = print_kernel(self.lowered[name], variant, aliases,
+                                                 self.reuse_outputs)
             self.lowered[variant] = self.lowered[name]
             self._variants[key] = self._variants[(variant, key[1])] = variant
         return self.kernels[self._variants[key]]

@@ -29,27 +29,20 @@ from .depthwise_input import read_depthwise_inputs_in_place
 from .inplace import share_in_place
 from .ir import Call, Program, Slot, users
 from .micro_batch import loop_calls, micro_slices, shadow_of, whole_batch
+from .passes import ALL_ON, Passes
 from .pool_relu import fuse_pool_relu_grads
 from .update_epilogue import fuse_update_epilogues
 
-# The optimizer update in the epilogue of matmul weight gradients (program/update_epilogue.py),
-# the max-pool gradient fused with the ReLU gradient in place (program/pool_relu.py) and
-# BatchNorm's backward with the activation's gradient mask (program/bn_activation.py) and
-# the depthwise weight gradient reading x without its transposed copy
-# (program/depthwise_input.py); tests turn them off to compare with the separate kernels.
-UPDATE_EPILOGUES = True
-POOL_RELU_GRADS = True
-BN_ACTIVATION_GRADS = True
-DEPTHWISE_INPUTS_IN_PLACE = True
 
-
-def legalize(mod: tvm.IRModule, accumulate_dtype: str = "float32") -> tvm.IRModule:
+def legalize(mod: tvm.IRModule, accumulate_dtype: str = "float32",
+             switches: Passes = ALL_ON) -> tvm.IRModule:
     custom = {"relax.reshape": lambda bb, call: call}  # kept as a view, never a kernel
     custom.update(tagging_legalizations())  # conv/matmul PrimFuncs remember their op
     if accumulate_dtype != "float32":
         custom.update(reduction_legalizations(accumulate_dtype))
     mod = legalize_fused_ops(mod, accumulate_dtype)  # fused BatchNorm, cross-entropy
-    mod = fold_weight_transposes(mod)  # x @ W.T without a copy of W.T
+    if switches.on("fold_weight_transposes"):
+        mod = fold_weight_transposes(mod)  # x @ W.T without a copy of W.T
     mod = relax.transform.LegalizeOps(customize_legalize_map=custom)(mod)
     return relax.transform.DeadCodeElimination(["main", "predict"])(mod)
 
@@ -149,10 +142,11 @@ def _state_slots(tm: TrainingModule, optimizer):
 
 
 def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
-                   accumulate_dtype: str = "float32", fusion: bool = True):
-    """Return (train_step, predict, state slots, optimizer state slots, io slots)."""
-    mod = legalize(tm.mod, accumulate_dtype)
-    if fusion:  # kernels with a micro-kernel on this target stay whole, to match it
+                   accumulate_dtype: str = "float32", switches: Passes = ALL_ON):
+    """Return (train_step, predict, state slots, optimizer state slots, io slots);
+    `switches` says which rewrite passes run (program/passes.py)."""
+    mod = legalize(tm.mod, accumulate_dtype, switches)
+    if switches.on("fuse_kernels"):  # kernels with a micro-kernel here stay whole, to match it
         mod = fuse_kernels(mod, lambda f: microkernels.plan(f, library.isa) is not None)
     state, opt_state, parts = _state_slots(tm, optimizer)
     g = tm.graph
@@ -199,15 +193,16 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
     coef_call, updates = _optimizer_calls(tm, optimizer, library, state, parts, opt_state,
                                           grads)
     if coef_call:  # after the loop, the update reads every micro-batch's parameters
-        calls = [coef_call] + (_place_early(calls, updates) if k == 1 else calls + updates)
-        if k == 1 and UPDATE_EPILOGUES:
+        early = k == 1 and switches.on("early_updates")
+        calls = [coef_call] + (_place_early(calls, updates) if early else calls + updates)
+        if early and switches.on("update_epilogues"):
             calls = fuse_update_epilogues(calls, library, lambda n: _block_update_kernel(
                 optimizer, library, n, len(opt_state[tm.trainable[0]]), calls[0].args[0]))
-    if k == 1 and POOL_RELU_GRADS:
+    if k == 1 and switches.on("pool_relu_grads"):
         calls = fuse_pool_relu_grads(calls, library)
-    if k == 1 and BN_ACTIVATION_GRADS:
+    if k == 1 and switches.on("bn_activation_grads"):
         calls = fuse_bn_activation_grads(calls, library)
-    if k == 1 and DEPTHWISE_INPUTS_IN_PLACE:
+    if k == 1 and switches.on("depthwise_inputs_in_place"):
         calls = read_depthwise_inputs_in_place(calls, library)
     calls.append(Call("ub_copy", [loss, loss_out], [1], builtin=True))
     # Every state tensor keeps its bytes, also one that no call reads (an unused layer's).
@@ -232,8 +227,9 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
         predict.calls = loop_calls(predict.calls, [], None, k, zip(pred_inputs + [pred_out],
                                                                    inputs + [output]), library)[0]
     # Elementwise kernels overwrite an input that dies at the call (program/inplace.py).
-    train.in_place_bytes = share_in_place(train, library)
-    predict.in_place_bytes = share_in_place(predict, library)
+    if switches.on("share_in_place"):
+        train.in_place_bytes = share_in_place(train, library)
+        predict.in_place_bytes = share_in_place(predict, library)
     return train, predict, state, opt_state, inputs, labels, output
 
 
