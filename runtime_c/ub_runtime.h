@@ -17,6 +17,17 @@
 #else
 #define UB_KERNEL static
 #endif
+/* For a kernel with a `c ? a[i] : b[j]` whose two sides both load (a concatenation, a
+ * split's gradient): GCC 12's loop vectorizer (-O3 with AVX2, Debian 12's gcc 12.2) reads
+ * one side at a wrong offset once it if-converts the two conditional loads of such nests,
+ *   for a, b, c: out[a*24 + b*2 + c] = 6 <= b ? in[a*12 + b*2 + c - 12] : in[a*12 + b*2 + c]
+ * gives zeros where in[0..3] belong. Clang and GCC without loop vectorization are right;
+ * such copy kernels lose little without it. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define UB_NO_LOOP_VECTORIZE __attribute__((optimize("no-tree-loop-vectorize")))
+#else
+#define UB_NO_LOOP_VECTORIZE
+#endif
 #define UB_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define UB_MAX(a, b) ((a) > (b) ? (a) : (b))
 /* Float min/max that propagate NaN like PyTorch's relu, clamp and max-pool do. `|`, not

@@ -137,3 +137,47 @@ def test_parameters_that_do_not_require_grad_stay_frozen(tmp_path):
     state = verdict.trajectory[-2][1]
     assert (state["0.weight"] == model[0].weight.detach().numpy()).all()
     assert (state["0.bias"] == model[0].bias.detach().numpy()).all()
+
+
+class ConcatChain(nn.Module):
+    """Three concatenations fused into one kernel: every `c ? a[i - k] : a[i]` there is two
+    conditional loads, which GCC 12's loop vectorizer (-O3, AVX2) reads at a wrong offset
+    (UB_NO_LOOP_VECTORIZE, runtime_c/ub_runtime.h)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.head = nn.Conv2d(2, 2, 1, bias=False), nn.Linear(48, 2)
+
+    def forward(self, x):
+        t = self.conv(x)
+        t = torch.cat([t, t], 3)
+        t = torch.cat([t, t], 2)
+        return self.head(torch.cat([t, t], 2).flatten(1))
+
+
+def test_concatenations_fused_into_one_kernel(tmp_path):
+    torch.manual_seed(0)
+    assert_match(judge(ConcatChain(), batches((1, 2, 3, 1), 2, steps=2),
+                       ub.SGD(lr=0.1, momentum=0.9), tmp_path))
+
+
+class NormThenPermute(nn.Module):
+    """BatchNorm's output permuted, with a size-1 dim: ubitrain was right, PyTorch 2.13's CPU
+    BatchNorm backward is wrong on such a permuted gradient (the referee now makes backward
+    inputs contiguous, fidelity/reference.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn, self.head = nn.Conv2d(2, 4, 1, bias=False), nn.BatchNorm2d(4), \
+            nn.Linear(12, 8)
+
+    def forward(self, x):
+        return self.head(self.bn(self.conv(x)).permute(0, 3, 2, 1).flatten(1))
+
+
+def test_batch_norm_output_permuted(tmp_path):
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    data = [(torch.randn(2, 2, 1, 3, generator=gen), torch.randn(2, 8, generator=gen))]
+    assert_match(judge(NormThenPermute(), data, ub.SGD(lr=0.1, momentum=0.9), tmp_path,
+                       loss="mse"))

@@ -147,6 +147,7 @@ class _Printer:
         self.used_names: set[str] = set()
         self.scratch: list[tuple[str, str, int]] = []  # (name, dtype, elements)
         self.written_vars: set[str] = set()  # C names of buffers stored to
+        self.loads_on_both_sides = False  # a `?:` reads memory on both sides (conditional)
         # internal buffer -> the output parameter it lives in
         self.reuse = output_reuse(func) if reuse_outputs else {}
 
@@ -228,13 +229,21 @@ class _Printer:
                 # ?: can (an in-place ReLU gradient: 19% of resnet's b32 step, scalar)
                 return (f"ub_pick_f32({self.expr(e.condition)}, {self.expr(e.true_value)}, "
                         f"{self.expr(e.false_value)})")
-            return (f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : "
-                    f"{self.expr(e.false_value)})")
+            return self.conditional(e.condition, e.true_value, e.false_value)
         if t is prim.Let:
             raise CompileError(f"kernel {self.name}: TIR Let expressions are not printed")
         if t is ir.Call:
             return self.call(e)
         raise CompileError(f"kernel {self.name}: the C printer has no rule for TIR {t.__name__}")
+
+    def conditional(self, cond, a, b) -> str:
+        """`cond ? a : b`; where both sides load, the kernel is kept from GCC's loop
+        vectorizer, which gets such nests wrong (UB_NO_LOOP_VECTORIZE, runtime_c/ub_runtime.h)."""
+        try:
+            self.loads_on_both_sides |= bool(tensor_loads(a)) and bool(tensor_loads(b))
+        except UnknownTir:
+            self.loads_on_both_sides = True
+        return f"({self.expr(cond)} ? {self.expr(a)} : {self.expr(b)})"
 
     def floor_op(self, kind: str, e) -> str:
         dtype = dtype_of(e)
@@ -256,7 +265,7 @@ class _Printer:
         f64 = dtype_of(e) == "float64"
         one = "1.0" if f64 else "1.0f"
         if op == "if_then_else":
-            return f"({self.expr(args[0])} ? {self.expr(args[1])} : {self.expr(args[2])})"
+            return self.conditional(*args)
         if op == "likely":
             return self.expr(args[0])
         if op == "sigmoid":
@@ -474,7 +483,8 @@ def print_kernel(func: tirx.PrimFunc, name: str, aliases: dict[int, int] | None 
     for i, (cname, dtype, _, _) in enumerate(params):
         const = "" if i in written else "const "
         args.append(f"{const}{c_type(dtype)} *restrict {cname}")
-    header = f"UB_KERNEL int32_t {name}({', '.join(args)})"
+    attributes = "UB_KERNEL UB_NO_LOOP_VECTORIZE" if p.loads_on_both_sides else "UB_KERNEL"
+    header = f"{attributes} int32_t {name}({', '.join(args)})"
     unused = "    (void)ub_scratch;\n" if not p.scratch else ""
     unused += "".join(f"    (void){params[k][0]};  /* read through {params[o][0]} */\n"
                       for k, o in sorted(aliases.items()))
