@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..optim import SGD, Adam, AdamW
 from .dropout import dropout_mask
@@ -62,6 +63,19 @@ class _UbDropout(TorchFunctionMode):
             mask, self.rng_state = dropout_mask(self.rng_state, tuple(x.shape), p)
             return x * torch.from_numpy(mask).to(x.dtype)
         return func(*args, **kwargs)
+
+
+class _ContiguousGradients(TorchDispatchMode):
+    """Backward kernels get contiguous tensors. PyTorch 2.13's CPU BatchNorm backward is
+    wrong when the incoming gradient is a permuted view of a tensor with a size-1 dim
+    (bn(x).permute(0, 3, 2, 1) with x of shape [2, 4, 1, 3] fails torch.autograd.gradcheck,
+    and passes once the gradient is made contiguous): the referee must not inherit such a
+    layout bug, and a copy changes no value."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.__name__.split(".")[0].endswith("_backward"):
+            args = tuple(a.contiguous() if isinstance(a, torch.Tensor) else a for a in args)
+        return func(*args, **(kwargs or {}))
 
 
 def torch_optimizer(optimizer, params):
@@ -152,7 +166,7 @@ class Reference:
         if target.dtype.is_floating_point:
             target = target.to(dtype)
         recorder = DecisionRecorder() if record else None
-        with _UbDropout(rng_state) as dropout:
+        with _UbDropout(rng_state) as dropout, _ContiguousGradients():
             if recorder is not None:
                 with recorder:
                     loss = self._loss_and_backward(m, xs, target)
