@@ -159,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     from .memory.report import add_report_parser
     add_report_parser(sub, _formatter)
+    from .fidelity.campaign import add_fuzz_parser
+    add_fuzz_parser(sub, _formatter)
     return parser
 
 
@@ -508,7 +510,14 @@ def main(argv=None) -> int:
         return 130
 
 
+def cmd_fuzz(args) -> int:
+    from .fidelity.campaign import cmd_fuzz as fuzz
+
+    return fuzz(args)
+
+
 COMMANDS["build"] = cmd_build
+COMMANDS["fuzz"] = cmd_fuzz
 
 if __name__ == "__main__":
     sys.exit(main())

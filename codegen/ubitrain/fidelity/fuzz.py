@@ -1,0 +1,149 @@
+"""The differential fuzzer: random models trained through the generated C and in PyTorch.
+
+One case is one seed: a random graph (graphs.py), its weights, a loss, an optimizer, 1 to 3
+steps of random data, and a random set of rewrite passes to switch off
+(program/passes.py). The case compiles the model twice, with every pass on (A) and with
+that set off (B), and trains both on the host:
+
+  * each against PyTorch, step by step (referee.py): a mismatch is a wrong step;
+  * A against B: where only bit-exact passes are off, the two must agree bit for bit
+    (every loss, parameter, buffer and optimizer state, and predict's output); a rewrite
+    that changes one bit is wrong even where the referee's tolerance would hide it.
+
+Data near a kink (kinks.py) would make the referee's verdict meaningless, so a case first
+draws batches until PyTorch's own run keeps clear of kinks (at most DATA_DRAWS times).
+The arena starts as NaN (0xFF bytes), so a kernel that reads memory nothing wrote poisons
+the step instead of reading a harmless zero.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import RuntimeStatusError, UnsupportedOpError
+from ..optim import SGD, Adam, AdamW
+from ..program.passes import BIT_EXACT, PASSES
+from .graphs import Graph, instantiate, random_graph
+from .referee import Verdict, judge, kinks_along
+from .reference import Reference
+
+DATA_DRAWS = 6
+
+
+@dataclass
+class Case:
+    seed: int
+    graph: Graph
+    optimizer: object
+    steps: int
+    disabled: tuple[str, ...]  # the passes variant B switches off
+    trainable: tuple[str, ...] | None = None  # None: every parameter
+
+    def batches(self, draw: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        gen = torch.Generator().manual_seed(self.seed * 1000 + draw)
+        shape = self.graph.input_shape
+        scale = float(torch.empty(()).uniform_(0.5, 2.0, generator=gen))
+        out = []
+        for _ in range(self.steps):
+            x = torch.randn(shape, generator=gen) * scale
+            if self.graph.loss == "cross_entropy":
+                y = torch.randint(0, self.graph.outputs, (shape[0],), generator=gen)
+            else:
+                y = torch.randn((shape[0], self.graph.outputs), generator=gen)
+            out.append((x, y))
+        return out
+
+
+def draw_case(seed: int) -> Case:
+    rng = random.Random(seed)
+    graph = random_graph(rng)
+    optimizer = rng.choice([
+        lambda: SGD(lr=rng.choice([0.01, 0.05, 0.1]), momentum=0.9,
+                    weight_decay=rng.choice([0.0, 1e-3]), nesterov=rng.random() < 0.3),
+        lambda: SGD(lr=rng.choice([0.05, 0.1]), momentum=0.9, dampening=0.1),
+        lambda: Adam(lr=rng.choice([1e-3, 1e-2]), weight_decay=rng.choice([0.0, 1e-3])),
+        lambda: AdamW(lr=1e-2, weight_decay=1e-2),
+    ])()
+    disabled = tuple(p for p in PASSES if rng.random() < 0.4) or (rng.choice(list(PASSES)),)
+    return Case(seed, graph, optimizer, rng.randint(1, 3), disabled)
+
+
+@dataclass
+class Outcome:
+    seed: int
+    status: str  # match, mismatch, near kink, unsupported, internal error
+    detail: str = ""
+    seconds: float = 0.0
+    draw: int = 0  # the data draw the case ran on (Case.batches)
+    verdicts: dict[str, Verdict] = field(default_factory=dict, repr=False)
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("mismatch", "internal error")
+
+
+def run_case(case: Case, workdir: Path | None = None) -> Outcome:
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=workdir, prefix=f"fuzz{case.seed}_") as tmp:
+        try:
+            outcome = _run(case, Path(tmp))
+        except UnsupportedOpError as err:
+            outcome = Outcome(case.seed, "unsupported", str(err))
+        except Exception as err:  # noqa: BLE001 - any other failure of ubitrain is a finding
+            # a C status (a non-finite loss) is a wrong step; anything else, a compiler bug
+            kind = "mismatch" if isinstance(err, RuntimeStatusError) else "internal error"
+            outcome = Outcome(case.seed, kind, "".join(
+                traceback.format_exception_only(type(err), err)).strip()
+                + "\n" + traceback.format_exc(limit=-6))
+    outcome.seconds = time.perf_counter() - start
+    return outcome
+
+
+def _run(case: Case, tmp: Path) -> Outcome:
+    model = instantiate(case.graph, case.seed)
+    trainable = list(case.trainable) if case.trainable is not None else None
+    probe = Reference(model, case.optimizer, case.graph.loss,
+                      [n for n, _ in model.named_parameters()])
+    for draw in range(DATA_DRAWS):
+        batches = case.batches(draw)
+        if not kinks_along(probe, batches, case.seed):
+            break
+    verdicts = {variant: judge(model, batches, case.optimizer, tmp / variant,
+                               case.graph.loss, case.seed, trainable=trainable,
+                               disable_passes=disabled)
+                for variant, disabled in (("A", ()), ("B", case.disabled))}
+    trajectories = {variant: v.trajectory for variant, v in verdicts.items()}
+    bad = [f"{v} ({'passes on' if v == 'A' else 'off: ' + ', '.join(case.disabled)}): "
+           f"{verdicts[v].summary()}" for v in verdicts if verdicts[v].status == "mismatch"]
+    if set(case.disabled) <= set(BIT_EXACT):
+        differ = first_difference(trajectories["A"], trajectories["B"])
+        if differ:
+            bad.append(f"passes off ({', '.join(case.disabled)}) change the step: {differ}")
+    if bad:
+        return Outcome(case.seed, "mismatch", "\n".join(bad), draw=draw, verdicts=verdicts)
+    if any(v.status == "near kink" for v in verdicts.values()):
+        return Outcome(case.seed, "near kink", "\n".join(
+            f"{k}: {v.summary()}" for k, v in verdicts.items()), draw=draw, verdicts=verdicts)
+    return Outcome(case.seed, "match", draw=draw, verdicts=verdicts)
+
+
+def first_difference(a: list, b: list) -> str | None:
+    """Where two runs' trajectories (referee.Verdict.trajectory) first differ in a bit."""
+    for step, (x, y) in enumerate(zip(a, b), 1):
+        if step == len(a):  # the last entry is predict's output
+            return None if np.array_equal(x, y) else "predict's output"
+        if np.float32(x[0]).tobytes() != np.float32(y[0]).tobytes():
+            return f"the loss of step {step}"
+        for part in (1, 2):
+            for name in x[part]:
+                if x[part][name].tobytes() != y[part][name].tobytes():
+                    return f"{name} after step {step}"
+    return None

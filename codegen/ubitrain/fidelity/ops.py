@@ -1,0 +1,378 @@
+"""The ops random models are built from: the README's op table, each with its shape rule, the
+Python it renders to, and a sampler of its attributes.
+
+A shape is a tuple with the batch first. `infer` returns the output shape, or None where
+PyTorch would refuse the op (a kernel larger than its padded input, a BatchNorm over one
+value per channel); `layer` returns the constructor of the op's module (None: a functional
+op); `call` the forward expression over its inputs' names; `sample` draws attributes for
+given input shapes (None: this op does not fit them).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+Shape = tuple
+
+
+@dataclass(frozen=True)
+class Op:
+    arity: int  # tensor inputs; 0 < arity
+    sample: Callable[[random.Random, list[Shape]], dict | None]
+    infer: Callable[[list[Shape], dict], Shape | None]
+    call: Callable[[list[str], dict, str], str]
+    layer: Callable[[list[Shape], dict], str] | None = None
+
+
+OPS: dict[str, Op] = {}
+
+
+def op(name, arity=1, layer=None):
+    def register(fns):
+        sample, infer, call = fns()
+        OPS[name] = Op(arity, sample, infer, call, layer)
+        return fns
+    return register
+
+
+def _out(size, k, s, p, d=1, ceil=False):
+    eff = (k - 1) * d + 1
+    span = size + 2 * p - eff
+    if span < 0:
+        return None
+    n = (-(-span // s) if ceil else span // s) + 1
+    if ceil and (n - 1) * s >= size + p:  # PyTorch drops a last window that starts in padding
+        n -= 1
+    return n
+
+
+# ---- layers with parameters --------------------------------------------------------------------
+def _conv_layer(dims):
+    def layer(shapes, a):
+        cls = f"nn.Conv{dims}d"
+        pad = repr(a["pad"]) if isinstance(a["pad"], str) else a["pad"]
+        return (f"{cls}({shapes[0][1]}, {a['out']}, {a['k']}, stride={a['s']}, padding={pad}, "
+                f"dilation={a['d']}, groups={a['g']}, bias={a['bias']})")
+    return layer
+
+
+def _conv_sample(rank):
+    def sample(rng, shapes):
+        (shape,) = shapes
+        if len(shape) != rank:
+            return None
+        c = shape[1]
+        kind = rng.choice(["plain", "plain", "depthwise", "grouped"])
+        if kind == "depthwise":
+            g, out = c, c * rng.choice([1, 1, 2])
+        elif kind == "grouped" and c > 1:
+            g = rng.choice([d for d in range(2, c + 1) if c % d == 0])
+            out = g * rng.randint(1, 3)
+        else:
+            g, out = 1, rng.randint(1, 8)
+        k, s, d = rng.choice([1, 1, 2, 3, 3, 5]), rng.choice([1, 1, 1, 2, 3]), rng.choice([1, 1, 2])
+        pad = rng.choice([0, 0, 1, 2, "same"] if s == 1 else [0, 0, 1, 2])  # same: stride 1
+        return dict(out=out, k=k, s=s, pad=pad, d=d, g=g, bias=rng.random() < 0.7)
+    return sample
+
+
+def _conv_infer(shapes, a):
+    shape = shapes[0]
+    if shape[1] % a["g"] or a["out"] % a["g"]:
+        return None
+    sizes = []
+    for size in shape[2:]:
+        if a["pad"] == "same":
+            sizes.append(size)
+            continue
+        n = _out(size, a["k"], a["s"], a["pad"], a["d"])
+        if n is None or n < 1:
+            return None
+        sizes.append(n)
+    return (shape[0], a["out"], *sizes)
+
+
+@op("conv2d", layer=_conv_layer(2))
+def _conv2d():
+    return _conv_sample(4), _conv_infer, lambda xs, a, name: f"self.{name}({xs[0]})"
+
+
+@op("conv1d", layer=_conv_layer(1))
+def _conv1d():
+    return _conv_sample(3), _conv_infer, lambda xs, a, name: f"self.{name}({xs[0]})"
+
+
+@op("linear", layer=lambda shapes, a: f"nn.Linear({shapes[0][-1]}, {a['out']}, bias={a['bias']})")
+def _linear():
+    def sample(rng, shapes):
+        return dict(out=rng.randint(1, 12), bias=rng.random() < 0.8)
+    return (sample, lambda shapes, a: (*shapes[0][:-1], a["out"]),
+            lambda xs, a, name: f"self.{name}({xs[0]})")
+
+
+def _bn_layer(shapes, a):
+    kind = "2d" if len(shapes[0]) == 4 else "1d"
+    return (f"nn.BatchNorm{kind}({shapes[0][1]}, eps={a['eps']}, momentum={a['momentum']}, "
+            f"affine={a['affine']})")
+
+
+@op("batch_norm", layer=_bn_layer)
+def _batch_norm():
+    def sample(rng, shapes):
+        return dict(eps=rng.choice([1e-5, 1e-3]), momentum=rng.choice([0.1, 0.3]),
+                    affine=rng.random() < 0.85)
+
+    def infer(shapes, a):
+        shape = shapes[0]
+        per_channel = math.prod(shape) // shape[1] if len(shape) > 1 else 0
+        if len(shape) not in (2, 3, 4) or per_channel < 2:
+            return None  # PyTorch: "Expected more than 1 value per channel when training"
+        return shape
+    return sample, infer, lambda xs, a, name: f"self.{name}({xs[0]})"
+
+
+@op("layer_norm", layer=lambda shapes, a: f"nn.LayerNorm({list(shapes[0][-a['dims']:])}, "
+                                          f"eps={a['eps']}, elementwise_affine={a['affine']})")
+def _layer_norm():
+    def sample(rng, shapes):
+        return dict(dims=rng.choice([1, 1, 2]), eps=1e-5, affine=rng.random() < 0.8)
+
+    def infer(shapes, a):
+        return shapes[0] if len(shapes[0]) > a["dims"] else None
+    return sample, infer, lambda xs, a, name: f"self.{name}({xs[0]})"
+
+
+# ---- activations and Dropout ---------------------------------------------------------------
+ACTIVATIONS = {
+    "relu": "F.relu({})", "relu6": "F.relu6({})", "gelu": "F.gelu({})",
+    "gelu_tanh": "F.gelu({}, approximate='tanh')", "silu": "F.silu({})",
+    "sigmoid": "torch.sigmoid({})", "tanh": "torch.tanh({})", "hardswish": "F.hardswish({})",
+}
+for _name, _text in ACTIVATIONS.items():
+    OPS[_name] = Op(1, lambda rng, shapes: {}, lambda shapes, a: shapes[0],
+                    lambda xs, a, name, _t=_text: _t.format(xs[0]))
+
+
+@op("dropout", layer=lambda shapes, a: f"nn.Dropout({a['p']})")
+def _dropout():
+    return (lambda rng, shapes: dict(p=rng.choice([0.1, 0.5])), lambda shapes, a: shapes[0],
+            lambda xs, a, name: f"self.{name}({xs[0]})")
+
+
+# ---- pooling ---------------------------------------------------------------------------------
+def _pool_sample(rng, shapes, avg):
+    if len(shapes[0]) != 4:
+        return None
+    k = rng.choice([1, 2, 2, 3])
+    s = rng.choice([None, 1, 2, 3])
+    a = dict(k=k, s=s, p=rng.randint(0, k // 2), ceil=rng.random() < 0.3)
+    if avg:
+        a["count_include_pad"] = rng.random() < 0.5
+    else:
+        a["d"] = rng.choice([1, 1, 2])
+    return a
+
+
+def _pool_infer(shapes, a):
+    shape = shapes[0]
+    k, s, p, d = a["k"], a["s"] or a["k"], a["p"], a.get("d", 1)
+    sizes = [_out(n, k, s, p, d, a["ceil"]) for n in shape[2:]]
+    if any(n is None or n < 1 for n in sizes):
+        return None
+    for size, n in zip(shape[2:], sizes):  # a window of padding only: PyTorch's max is -inf
+        if any(not any(0 <= o * s - p + j * d < size for j in range(k)) for o in range(n)):
+            return None
+    return (*shape[:2], *sizes)
+
+
+@op("max_pool2d")
+def _max_pool2d():
+    def call(xs, a, name):
+        return (f"F.max_pool2d({xs[0]}, {a['k']}, stride={a['s']}, padding={a['p']}, "
+                f"dilation={a['d']}, ceil_mode={a['ceil']})")
+    return lambda rng, shapes: _pool_sample(rng, shapes, False), _pool_infer, call
+
+
+@op("avg_pool2d")
+def _avg_pool2d():
+    def call(xs, a, name):
+        return (f"F.avg_pool2d({xs[0]}, {a['k']}, stride={a['s']}, padding={a['p']}, "
+                f"ceil_mode={a['ceil']}, count_include_pad={a['count_include_pad']})")
+    return lambda rng, shapes: _pool_sample(rng, shapes, True), _pool_infer, call
+
+
+@op("global_avg_pool")
+def _global_avg_pool():
+    return (lambda rng, shapes: {} if len(shapes[0]) == 4 else None,
+            lambda shapes, a: (*shapes[0][:2], 1, 1),
+            lambda xs, a, name: f"F.adaptive_avg_pool2d({xs[0]}, 1)")
+
+
+# ---- reductions and shapes -------------------------------------------------------------------
+@op("reduce")
+def _reduce():
+    def sample(rng, shapes):
+        rank = len(shapes[0])
+        if rank < 2:
+            return None
+        dims = sorted(rng.sample(range(1, rank), rng.randint(1, rank - 1)))
+        return dict(fn=rng.choice(["mean", "sum"]), dims=dims, keep=rng.random() < 0.5)
+
+    def infer(shapes, a):
+        shape = shapes[0]
+        if any(d >= len(shape) for d in a["dims"]):
+            return None
+        if a["keep"]:
+            return tuple(1 if i in a["dims"] else n for i, n in enumerate(shape))
+        out = tuple(n for i, n in enumerate(shape) if i not in a["dims"])
+        return out if len(out) >= 2 else None  # every value keeps the batch and a feature dim
+    return (sample, infer,
+            lambda xs, a, name: f"{xs[0]}.{a['fn']}({tuple(a['dims'])}, keepdim={a['keep']})")
+
+
+@op("flatten")
+def _flatten():
+    return (lambda rng, shapes: {} if len(shapes[0]) > 2 else None,
+            lambda shapes, a: (shapes[0][0], math.prod(shapes[0][1:])),
+            lambda xs, a, name: f"{xs[0]}.flatten(1)")
+
+
+@op("reshape")
+def _reshape():
+    def sample(rng, shapes):
+        n = math.prod(shapes[0][1:])
+        divisors = [d for d in range(1, n + 1) if n % d == 0]
+        first = rng.choice(divisors)
+        rest = n // first
+        if rng.random() < 0.5:
+            return dict(shape=[first, rest])
+        second = rng.choice([d for d in range(1, rest + 1) if rest % d == 0])
+        return dict(shape=[first, second, rest // second])
+
+    def infer(shapes, a):
+        if math.prod(a["shape"]) != math.prod(shapes[0][1:]):
+            return None
+        return (shapes[0][0], *a["shape"])
+    return (sample, infer,
+            lambda xs, a, name: f"{xs[0]}.reshape({xs[0]}.shape[0], "
+                                f"{', '.join(map(str, a['shape']))})")
+
+
+@op("transpose")
+def _transpose():
+    def sample(rng, shapes):
+        rank = len(shapes[0])
+        if rank < 3:
+            return None
+        return dict(dims=sorted(rng.sample(range(1, rank), 2)))
+
+    def infer(shapes, a):
+        shape = list(shapes[0])
+        i, j = a["dims"]
+        if j >= len(shape):
+            return None
+        shape[i], shape[j] = shape[j], shape[i]
+        return tuple(shape)
+    return sample, infer, lambda xs, a, name: f"{xs[0]}.transpose({a['dims'][0]}, {a['dims'][1]})"
+
+
+@op("permute")
+def _permute():
+    def sample(rng, shapes):
+        rank = len(shapes[0])
+        if rank < 3:
+            return None
+        rest = list(range(1, rank))
+        rng.shuffle(rest)
+        return dict(order=[0] + rest)
+
+    def infer(shapes, a):
+        if len(a["order"]) != len(shapes[0]):
+            return None
+        return tuple(shapes[0][i] for i in a["order"])
+    return sample, infer, lambda xs, a, name: f"{xs[0]}.permute({', '.join(map(str, a['order']))})"
+
+
+@op("unsqueeze")
+def _unsqueeze():
+    def infer(shapes, a):
+        shape = list(shapes[0])
+        if len(shape) >= 4 or a["dim"] > len(shape):
+            return None
+        return tuple(shape[:a["dim"]] + [1] + shape[a["dim"]:])
+    return (lambda rng, shapes: dict(dim=rng.randint(1, len(shapes[0]))), infer,
+            lambda xs, a, name: f"{xs[0]}.unsqueeze({a['dim']})")
+
+
+@op("squeeze")
+def _squeeze():
+    def sample(rng, shapes):
+        ones = [i for i, n in enumerate(shapes[0]) if n == 1 and i > 0]
+        return dict(dim=rng.choice(ones)) if ones and len(shapes[0]) > 2 else None
+
+    def infer(shapes, a):
+        shape = shapes[0]
+        if a["dim"] >= len(shape) or shape[a["dim"]] != 1 or len(shape) <= 2:
+            return None
+        return tuple(n for i, n in enumerate(shape) if i != a["dim"])
+    return sample, infer, lambda xs, a, name: f"{xs[0]}.squeeze({a['dim']})"
+
+
+# ---- arithmetic ------------------------------------------------------------------------------
+@op("scalar")
+def _scalar():
+    forms = {"add": "({} + {c})", "mul": "({} * {c})", "rsub": "({c} - {})",
+             "div": "({} / {c})", "neg": "(-{})"}
+
+    def sample(rng, shapes):
+        return dict(form=rng.choice(list(forms)), c=rng.choice([0.5, 1.5, 2.0, -0.75, 3.0]))
+    return (sample, lambda shapes, a: shapes[0],
+            lambda xs, a, name: forms[a["form"]].format(xs[0], c=a["c"]))
+
+
+def _broadcast(a: Shape, b: Shape) -> Shape | None:
+    if len(a) != len(b):
+        return None
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(max(x, y))
+    return tuple(out) if out[0] == max(a[0], b[0]) else None
+
+
+@op("binary", arity=2)
+def _binary():
+    forms = {"add": "({} + {})", "sub": "({} - {})", "mul": "({} * {})",
+             "div": "({} / ({} * {} + 1.0))"}
+
+    def sample(rng, shapes):
+        return dict(form=rng.choice(list(forms)))
+
+    def infer(shapes, a):
+        out = _broadcast(*shapes)
+        return out if out is not None and out[0] == shapes[0][0] == shapes[1][0] else None
+
+    def call(xs, a, name):
+        if a["form"] == "div":
+            return forms["div"].format(xs[0], xs[1], xs[1])
+        return forms[a["form"]].format(*xs)
+    return sample, infer, call
+
+
+@op("cat", arity=2)
+def _cat():
+    def sample(rng, shapes):
+        return dict(dim=rng.randint(1, len(shapes[0]) - 1)) if len(shapes[0]) > 1 else None
+
+    def infer(shapes, a):
+        x, y = shapes
+        d = a["dim"]
+        if len(x) != len(y) or d >= len(x) or any(
+                p != q for i, (p, q) in enumerate(zip(x, y)) if i != d):
+            return None
+        return tuple(p + q if i == d else p for i, (p, q) in enumerate(zip(x, y)))
+    return sample, infer, lambda xs, a, name: f"torch.cat([{xs[0]}, {xs[1]}], {a['dim']})"
