@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +72,20 @@ class Package:
         library = next(build_dir.glob(f"libub_{self.model_name}.so"), None)
         if library is None:
             raise CompileError(f"the build produced no libub_{self.model_name}.so in {build_dir}")
-        return HostTrainer(library, self, seed=seed, arena_fill=arena_fill)
+        return HostTrainer(loadable_copy(library), self, seed=seed, arena_fill=arena_fill)
+
+
+def loadable_copy(library: Path) -> Path:
+    """A copy of `library` named after its content. The dynamic loader hands out the library
+    a process already loaded from a path again, so a model recompiled into the same out_dir
+    would run its old code with the new package's shapes; a new build has a new name."""
+    digest = hashlib.sha256(library.read_bytes()).hexdigest()[:16]
+    copy = library.with_name(f"{library.stem}-{digest}{library.suffix}")
+    if not copy.exists():
+        for stale in library.parent.glob(f"{library.stem}-*{library.suffix}"):
+            stale.unlink()  # a process that loaded it keeps its mapping
+        shutil.copyfile(library, copy)
+    return copy
 
 
 def _as_tensor(x, what: str) -> torch.Tensor:
