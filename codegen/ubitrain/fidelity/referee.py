@@ -2,8 +2,9 @@
 
 For every step, the referee starts PyTorch from the state the C reached before it (teacher
 forcing: parameters, buffers, optimizer state, the Dropout generator), runs that step in
-float64 (the referee) and in float32 three times (once as is, twice with inputs and state
-moved by one rounding, reference.py), and compares what the step changed: the loss, and
+float64 (the referee) and in float32 three ways (as is; with inputs and state moved by one
+rounding and two threads; the same in the channels-last layout without oneDNN: PyTorch's own
+float32 implementations, reference.Variant), and compares what the step changed: the loss, and
 for every parameter, buffer and optimizer state tensor the change `new - old`. Comparing
 the change, not the new value, keeps small gradients visible under large weights, and the
 optimizer state after the first step is the gradient itself (SGD's momentum buffer) or a
@@ -11,7 +12,8 @@ multiple of it (Adam's first moment), so gradients are checked directly. After t
 step, the eval-mode output of `predict` is compared too.
 
 Tolerance, per tensor: the C's error against float64 must be at most `SPREAD_FACTOR` times
-the largest error of the float32 runs (what rounding does to this model here), plus
+the largest error of the float32 runs (what rounding and the choice of a correct float32
+algorithm do to this model here), plus
 `FLOOR` float32 roundings of the tensor's scale (for values that float32 PyTorch happens to
 compute exactly). A tensor whose float32 PyTorch already drifts is judged against float64
 with that drift as the yardstick: a model cannot be waved through by a fixed constant.
@@ -29,11 +31,10 @@ import numpy as np
 import torch
 
 from .kinks import FLOAT32_EPS, near_kinks
-from .reference import Reference
+from .reference import FLOAT32_VARIANTS, Reference
 
 SPREAD_FACTOR = 8.0
 FLOOR = 4.0  # float32 roundings of the tensor's largest value
-PERTURBED_RUNS = 2
 
 
 @dataclass
@@ -108,9 +109,8 @@ def referee(trainer, reference: Reference, batches, seed: int = 0) -> Verdict:
     checks, kinks, trajectory = [], {}, []
     for k, batch in enumerate(batches, 1):
         exact = reference.step(state, opt_state, k, batch, rng, torch.float64, record=True)
-        rounded = [reference.step(state, opt_state, k, batch, rng, torch.float32,
-                                  record=(v == 0), perturb=None if v == 0 else v)
-                   for v in range(PERTURBED_RUNS + 1)]
+        rounded = [reference.step(state, opt_state, k, batch, rng, torch.float32, v,
+                                  record=(i == 0)) for i, v in enumerate(FLOAT32_VARIANTS)]
         found = near_kinks(exact.decisions, rounded[0].decisions)
         if found:
             kinks[k] = found
@@ -128,8 +128,8 @@ def referee(trainer, reference: Reference, batches, seed: int = 0) -> Verdict:
         rng = getattr(trainer, "rng_state", exact.rng_state)
     xs = batches[-1][:-1]
     exact = reference.evaluate(state, xs, record=True)
-    rounded = [reference.evaluate(state, xs, torch.float32, perturb=None if v == 0 else v,
-                                  record=(v == 0)) for v in range(PERTURBED_RUNS + 1)]
+    rounded = [reference.evaluate(state, xs, torch.float32, v, record=(i == 0))
+               for i, v in enumerate(FLOAT32_VARIANTS)]
     found = near_kinks(exact.decisions, rounded[0].decisions)
     if found:
         kinks[0] = found

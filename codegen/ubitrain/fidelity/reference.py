@@ -6,14 +6,15 @@ returns the state after it. Starting every step from the state the generated C r
 (teacher forcing, referee.py) keeps float32 rounding from compounding over steps. Dropout
 applies the masks the C runtime draws from the same generator state (dropout.py).
 
-A float32 run can be `perturbed`: every input and state element moves by about one float32
-rounding (a relative 2^-24, of random sign). How far such runs land from the float64 run
-says how much rounding this model and step amplify; the referee derives its tolerance
-from it.
+A float32 run can be one of PyTorch's `Variant`s: inputs and state moved by one rounding,
+other thread counts, the channels-last layout. How far such runs land from the float64 run
+says how far a correct float32 implementation may land on this model and step; the referee
+derives its tolerance from it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass, field
 
@@ -97,11 +98,43 @@ def _tensor(value) -> torch.Tensor:
     return torch.from_numpy(np.array(value))
 
 
-def _perturbed(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    if not t.dtype.is_floating_point:
+@dataclass(frozen=True)
+class Variant:
+    """One of PyTorch's own ways to run a float32 step: inputs and state moved by about one
+    rounding (`perturb`, a seed), other thread counts (other summation orders in its
+    reductions) and the channels-last layout without oneDNN (other conv and BatchNorm
+    kernels). How far such runs land from the float64 one is how far a correct float32
+    implementation may land: the referee's yardstick."""
+
+    perturb: int | None = None
+    threads: int = 1
+    channels_last: bool = False
+
+    def generator(self):
+        return torch.Generator().manual_seed(self.perturb) if self.perturb is not None else None
+
+    def tensor(self, t: torch.Tensor, gen) -> torch.Tensor:
+        if gen is not None:  # a relative 2^-24 of random sign: about one float32 rounding
+            t = t * (1 + (torch.randint(0, 3, t.shape, generator=gen).to(t.dtype) - 1)
+                     * 2.0 ** -24)
+        if self.channels_last and t.dim() == 4:
+            t = t.contiguous(memory_format=torch.channels_last)
         return t
-    sign = torch.randint(0, 3, t.shape, generator=gen).to(t.dtype) - 1
-    return t * (1 + sign * 2.0 ** -24)
+
+    @contextlib.contextmanager
+    def settings(self):
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            with torch.backends.mkldnn.flags(enabled=not self.channels_last):
+                yield
+        finally:
+            torch.set_num_threads(threads)
+
+
+EXACT = Variant()
+FLOAT32_VARIANTS = (Variant(), Variant(perturb=1, threads=2),
+                    Variant(perturb=2, channels_last=True))
 
 
 @dataclass
@@ -119,88 +152,67 @@ class Reference:
     def initial_state(self) -> dict[str, np.ndarray]:
         return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
 
-    def _instance(self, state, dtype, gen):
+    def _instance(self, state, dtype, variant: Variant):
+        gen = variant.generator()
         m = copy.deepcopy(self.model)
         values = {k: _tensor(v) for k, v in state.items()}
-        values = {k: (v.to(dtype) if v.dtype.is_floating_point else v)
+        values = {k: variant.tensor(v.to(dtype), gen) if v.dtype.is_floating_point else v
                   for k, v in values.items()}
-        if gen is not None:
-            values = {k: _perturbed(v, gen) for k, v in values.items()}
         m = m.to(dtype)
         m.load_state_dict(values)
-        return m
+        if variant.channels_last:
+            m = m.to(memory_format=torch.channels_last)
+        return m, gen
 
-    def _inputs(self, xs, dtype, gen):
+    def _inputs(self, xs, dtype, variant: Variant, gen):
         out = []
         for x in xs:
             t = _tensor(x)
-            if t.dtype.is_floating_point:
-                t = t.to(dtype)
-                if gen is not None:
-                    t = _perturbed(t, gen)
-            out.append(t)
+            out.append(variant.tensor(t.to(dtype), gen) if t.dtype.is_floating_point else t)
         return out
 
     def step(self, state, opt_state, step: int, batch, rng_state: int, dtype=torch.float64,
-             perturb: int | None = None, record: bool = False) -> StepResult:
+             variant: Variant = EXACT, record: bool = False) -> StepResult:
         """One step (the `step`-th, 1-based) from `state` and `opt_state` on `batch`
         = (x..., y)."""
-        gen = torch.Generator().manual_seed(perturb) if perturb is not None else None
-        m = self._instance(state, dtype, gen).train()
+        m, gen = self._instance(state, dtype, variant)
+        m.train()
         params = dict(m.named_parameters())
         trained = [params[n] for n in self.trainable]
         for name, p in params.items():
             p.requires_grad_(name in self.trainable)
         opt = torch_optimizer(self.optimizer, trained)
-        names = _state_names(self.optimizer)
+        names = tuple(self.optimizer.state_names)
         if step > 1 and names:
             for n, p in zip(self.trainable, trained):
-                slot = {s: _tensor(opt_state[f"{n}.{s}"]).to(dtype)
-                        for s in names}
+                slot = {s: _tensor(opt_state[f"{n}.{s}"]).to(dtype) for s in names}
                 if isinstance(self.optimizer, Adam):
                     slot["step"] = torch.tensor(float(step - 1))
                 opt.state[p] = slot
         *xs, y = batch
-        xs = self._inputs(xs, dtype, gen)
+        xs = self._inputs(xs, dtype, variant, gen)
         target = _tensor(y)
         if target.dtype.is_floating_point:
             target = target.to(dtype)
-        recorder = DecisionRecorder() if record else None
-        with _UbDropout(rng_state) as dropout, _ContiguousGradients():
-            if recorder is not None:
-                with recorder:
-                    loss = self._loss_and_backward(m, xs, target)
-            else:
-                loss = self._loss_and_backward(m, xs, target)
-        opt.step()
-        new_opt = {}
-        for n, p in zip(self.trainable, trained):
-            for s in names:
-                new_opt[f"{n}.{s}"] = opt.state[p][s].detach().double().numpy().copy()
+        recorder = DecisionRecorder() if record else contextlib.nullcontext()
+        with variant.settings(), _UbDropout(rng_state) as dropout, _ContiguousGradients(), \
+                recorder:
+            loss = LOSSES[self.loss](m(*xs), target)
+            if self.trainable:
+                loss.backward()
+            opt.step()
+        new_opt = {f"{n}.{s}": opt.state[p][s].detach().double().numpy().copy()
+                   for n, p in zip(self.trainable, trained) for s in names}
         new_state = {k: v.detach().numpy().copy() for k, v in m.state_dict().items()}
-        return StepResult(new_state, new_opt, float(loss), recorder and recorder.decisions,
-                          dropout.rng_state)
+        return StepResult(new_state, new_opt, float(loss.detach()),
+                          recorder.decisions if record else None, dropout.rng_state)
 
-    def _loss_and_backward(self, m, xs, target):
-        loss = LOSSES[self.loss](m(*xs), target)
-        if self.trainable:
-            loss.backward()
-        return loss.detach()
-
-    def evaluate(self, state, xs, dtype=torch.float64, perturb: int | None = None,
+    def evaluate(self, state, xs, dtype=torch.float64, variant: Variant = EXACT,
                  record: bool = False) -> EvalResult:
         """The eval-mode forward (what `trainer.predict` computes) from `state`."""
-        gen = torch.Generator().manual_seed(perturb) if perturb is not None else None
-        m = self._instance(state, dtype, gen).eval()
-        recorder = DecisionRecorder() if record else None
-        with torch.no_grad():
-            if recorder is not None:
-                with recorder:
-                    out = m(*self._inputs(xs, dtype, gen))
-            else:
-                out = m(*self._inputs(xs, dtype, gen))
-        return EvalResult(out.double().numpy(), recorder and recorder.decisions)
-
-
-def _state_names(optimizer) -> tuple[str, ...]:
-    return tuple(optimizer.state_names)
+        m, gen = self._instance(state, dtype, variant)
+        m.eval()
+        recorder = DecisionRecorder() if record else contextlib.nullcontext()
+        with variant.settings(), torch.no_grad(), recorder:
+            out = m(*self._inputs(xs, dtype, variant, gen))
+        return EvalResult(out.double().numpy(), recorder.decisions if record else None)

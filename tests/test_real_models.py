@@ -1,0 +1,21 @@
+"""Models nobody here wrote train through the generated C as in PyTorch: 3 steps, each judged
+against PyTorch in float64 (ubitrain.fidelity.referee). The part that fits CI time; the
+whole table (torchvision's classifiers at batch 1, 4 and 8) is benchmarks/fidelity.py's."""
+
+import pytest
+import torch
+
+import ubitrain as ub
+from ubitrain.fidelity.real_models import batches, real_model
+from ubitrain.fidelity.referee import judge
+
+CASES = [("lenet5", 1), ("lenet5", 8), ("ds_cnn_kws", 4), ("mobilenet_v2", 4)]
+
+
+@pytest.mark.parametrize("name,batch", CASES, ids=[f"{n}-b{b}" for n, b in CASES])
+def test_real_model_trains_like_pytorch(name, batch, tmp_path):
+    torch.set_num_threads(1)
+    model = real_model(name)
+    torch.manual_seed(0)
+    verdict = judge(model.make(), batches(model, batch), ub.SGD(**model.optimizer), tmp_path)
+    assert verdict.status == "match", verdict.summary()
