@@ -2,6 +2,7 @@
 nothing lost: recompiling, inputs, parameters, checkpoints, ONNX files, the CLI, the C API."""
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -20,3 +21,46 @@ def test_recompiling_into_the_same_out_dir_runs_the_new_code(tmp_path):
         with torch.no_grad():
             np.testing.assert_allclose(trainer.predict(x), model(x).numpy(), rtol=1e-5,
                                        atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 3))
+    x, y = torch.randn(4, 3, 2, 2), torch.randint(0, 3, (4,))
+    return ub.compile(model, (x,), y, out_dir=tmp_path_factory.mktemp("t")).build()
+
+
+def test_load_parameters_writes_nothing_unless_every_entry_is_good(trainer):
+    before = trainer.parameters()
+    with pytest.raises(ub.InputError, match="parameter '3.weight' has shape"):
+        trainer.load_parameters({"1.weight": np.ones((8, 12), np.float32),
+                                 "3.weight": np.ones((2, 2), np.float32)})
+    with pytest.raises(ub.InputError, match="unknown parameter names"):
+        trainer.load_parameters({"1.weight": np.ones((8, 12), np.float32), "nope": 1})
+    after = trainer.parameters()
+    for name, value in before.items():
+        assert np.array_equal(after[name], value), name
+
+
+def test_labels_that_would_wrap_are_refused(trainer):
+    x = np.zeros((4, 3, 2, 2), np.float32)
+    for labels in (np.array([0, 1, 2, 2**32 + 1], np.int64),
+                   np.array([0, 1, 2, 2**63 + 1], np.uint64),
+                   np.array([0, 1, -(2**32) + 2, 1], np.int64)):
+        with pytest.raises(ub.InputError, match="outside int32's range"):
+            trainer.step(x, labels)
+
+
+def test_shape_and_dtype_messages_name_what_is_wrong(trainer):
+    x = np.zeros((4, 3, 2, 2), np.float32)
+    with pytest.raises(ub.InputError, match=r"parameter '1.bias' has shape \[3\]; it must be "
+                                            r"\[8\]$"):
+        trainer.load_parameters({"1.bias": np.zeros(3, np.float32)})
+    with pytest.raises(ub.InputError, match="recompile for another one"):
+        trainer.step(np.zeros((2, 3, 2, 2), np.float32), np.zeros(2, np.int64))
+    with pytest.raises(ub.InputError, match=r"dtype int64; it must be a float array \(float32\)"):
+        trainer.step(x.astype(np.int64), np.zeros(4, np.int64))
+    with pytest.raises(ub.InputError, match=r"labels has dtype float32; it must be an integer "
+                                            r"array \(int32\)"):
+        trainer.step(x, np.zeros(4, np.float32))

@@ -31,6 +31,7 @@ STATUS_TEXT = {
 }
 DTYPES = {0: np.float32, 1: np.int64, 2: np.int32, 3: np.int8}
 PARAMETER, BUFFER, OPTIMIZER_STATE = 0, 1, 2
+BATCH_HINT = "the batch size is fixed at compile time: recompile for another one"
 
 
 class TrainerBase:
@@ -46,22 +47,32 @@ class TrainerBase:
         specs = self.package.inputs
         if len(xs) != len(specs):
             raise InputError(f"the model takes {len(specs)} input tensor(s), got {len(xs)}")
-        return [self._as_array(x, spec.shape, spec.dtype, f"input '{spec.name}'")
+        return [self._as_array(x, spec.shape, spec.dtype, f"input '{spec.name}'", BATCH_HINT)
                 for x, spec in zip(xs, specs)]
 
     @staticmethod
-    def _as_array(x, shape, dtype, what) -> np.ndarray:
+    def _as_array(x, shape, dtype, what, hint: str = "") -> np.ndarray:
+        """`x` as a C-contiguous array of the compiled `shape` and `dtype`; an integer array
+        whose values the cast would wrap (2**32 + 3 as an int32 is 3) is refused, not cast."""
         if hasattr(x, "detach"):
             x = x.detach().cpu().numpy()
         x = np.asarray(x)
-        if tuple(x.shape) != tuple(shape):
-            raise InputError(f"{what} has shape {list(x.shape)}; the step was compiled for "
-                             f"{list(shape)} (recompile for another batch size)")
         want = np.dtype(dtype)
+        if tuple(x.shape) != tuple(shape):
+            raise InputError(f"{what} has shape {list(x.shape)}; it must be {list(shape)}"
+                             + (f" ({hint})" if hint else ""))
         if want.kind == "f" and x.dtype.kind != "f":
-            raise InputError(f"{what} has dtype {x.dtype}; it must be a float array ({dtype})")
-        if want.kind in "iu" and x.dtype.kind not in "iu":
-            raise InputError(f"{what} has dtype {x.dtype}; it must be an integer array")
+            raise InputError(f"{what} has dtype {x.dtype}; it must be a float array "
+                             f"({want.name})")
+        if want.kind in "iu":
+            if x.dtype.kind not in "iu":
+                raise InputError(f"{what} has dtype {x.dtype}; it must be an integer array "
+                                 f"({want.name})")
+            if x.size and x.dtype != want and not np.can_cast(x.dtype, want):
+                info, low, high = np.iinfo(want), x.min(), x.max()
+                if low < info.min or high > info.max:
+                    raise InputError(f"{what} holds values from {low} to {high}, outside "
+                                     f"{want.name}'s range [{info.min}, {info.max}]")
         return np.ascontiguousarray(x, dtype=want)
 
     def _batch(self, batch) -> tuple[list[np.ndarray], np.ndarray]:
@@ -70,7 +81,8 @@ class TrainerBase:
             raise InputError("step() takes the input batch and the labels: step(x, y)")
         xs = self._inputs(batch[:-1])
         labels_spec = self.package.labels
-        y = self._as_array(batch[-1], labels_spec.shape, labels_spec.dtype, "labels")
+        y = self._as_array(batch[-1], labels_spec.shape, labels_spec.dtype, "labels",
+                           BATCH_HINT)
         classes = self.package.classes
         if classes is not None and (y.min() < 0 or y.max() >= classes):
             raise InputError(f"labels must be class indices in [0, {classes}); got values "
@@ -110,12 +122,24 @@ class TrainerBase:
                 if t[1] == OPTIMIZER_STATE}
 
     def load_parameters(self, values: dict) -> None:
+        """Every tensor of `values` checked first, then all written: a bad entry leaves the
+        trainer as it was."""
         by_name = {t[0]: i for i, t in enumerate(self.tensors) if t[1] in (PARAMETER, BUFFER)}
+        if not isinstance(values, dict):
+            raise InputError(f"load_parameters takes a dict name -> array, got "
+                             f"{type(values).__name__}")
         unknown = [k for k in values if k not in by_name]
         if unknown:
             raise InputError(f"unknown parameter names {unknown}; known: {list(by_name)}")
+        checked = []
         for name, value in values.items():
             i = by_name[name]
             _, _, dtype, shape, _ = self.tensors[i]
             arr = self._as_array(value, shape, dtype, f"parameter '{name}'")
+            if name in self.package.frozen_in_flash and not np.array_equal(arr, self._read(i)):
+                raise InputError(f"parameter '{name}' is frozen and kept in flash (read-only): "
+                                 "it takes only the value it has; compile with it trainable "
+                                 "to change it")
+            checked.append((name, i, arr))
+        for name, i, arr in checked:
             self._check(self._set(i, arr), f"set_tensor({name})")
