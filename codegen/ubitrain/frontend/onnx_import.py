@@ -16,6 +16,7 @@ Shape arithmetic (Shape, Gather, Concat, ... on static shapes) is evaluated at c
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +66,7 @@ def _static(values) -> bool:
 
 # ---- arithmetic and activations ---------------------------------------------------------------
 def _binary(fn, np_fn):
-    def convert(ctx, a, b, **_):
+    def convert(ctx, a, b):
         if _static([a, b]):
             return np_fn(a, b)
         if isinstance(a, np.ndarray):
@@ -83,49 +84,52 @@ onnx_op("Div")(_binary(R.divide, lambda a, b: a // b if a.dtype.kind in "iu" els
 
 
 @onnx_op("Relu")
-def _relu(ctx, x, **_):
+def _relu(ctx, x):
     return A._relu(ctx, None, x)
 
 
 @onnx_op("Sigmoid")
-def _sigmoid(ctx, x, **_):
+def _sigmoid(ctx, x):
     return A._sigmoid(ctx, None, x)
 
 
 @onnx_op("Tanh")
-def _tanh(ctx, x, **_):
+def _tanh(ctx, x):
     return A._tanh(ctx, None, x)
 
 
 @onnx_op("Erf")
-def _erf(ctx, x, **_):
+def _erf(ctx, x):
     return ctx.emit(R.erf(x))
 
 
 @onnx_op("HardSwish")
-def _hardswish(ctx, x, **_):
+def _hardswish(ctx, x):
     return A._hardswish(ctx, None, x)
 
 
 @onnx_op("Gelu")
-def _gelu(ctx, x, approximate="none", **_):
+def _gelu(ctx, x, approximate="none"):
     return A._gelu(ctx, None, x, approximate)
 
 
 @onnx_op("Clip")
-def _clip(ctx, x, lo=None, hi=None, **_):
+def _clip(ctx, x, lo=None, hi=None, min=None, max=None):  # noqa: A002 - ONNX's names
+    """Clip-11 on reads its bounds as inputs; Clip-1 and Clip-6, as attributes min and max."""
+    lo = min if lo is None else lo
+    hi = max if hi is None else hi
     lo = float(lo) if lo is not None else -np.inf
     hi = float(hi) if hi is not None else np.inf
     return ctx.emit(R.clip(x, lo, hi))
 
 
 @onnx_op("Neg")
-def _neg(ctx, x, **_):
+def _neg(ctx, x):
     return A._neg(ctx, None, x)
 
 
 @onnx_op("Pow")
-def _pow(ctx, x, y, **_):
+def _pow(ctx, x, y):
     if not (isinstance(y, np.ndarray) and y.size == 1 and float(y) == 2.0):
         raise UnsupportedOpError(f"{ctx.where}: Pow with an exponent other than 2 is not "
                                  "supported; use x * x")
@@ -133,13 +137,13 @@ def _pow(ctx, x, y, **_):
 
 
 @onnx_op("Sqrt")
-def _sqrt(ctx, x, **_):
+def _sqrt(ctx, x):
     return ctx.emit(R.sqrt(x))
 
 
 # ---- linear algebra and convolution -----------------------------------------------------------
 @onnx_op("Gemm")
-def _gemm(ctx, a, b, c=None, alpha=1.0, beta=1.0, transA=0, transB=0, **_):
+def _gemm(ctx, a, b, c=None, alpha=1.0, beta=1.0, transA=0, transB=0):
     if alpha != 1.0 or beta != 1.0:
         raise UnsupportedOpError(f"{ctx.where}: Gemm with alpha/beta other than 1")
     a = ctx.emit(R.permute_dims(a, [1, 0])) if transA else a
@@ -149,12 +153,12 @@ def _gemm(ctx, a, b, c=None, alpha=1.0, beta=1.0, transA=0, transB=0, **_):
 
 
 @onnx_op("MatMul")
-def _matmul(ctx, a, b, **_):
+def _matmul(ctx, a, b):
     return ctx.emit(R.matmul(a, b))
 
 
 @onnx_op("Conv")
-def _conv(ctx, x, w, b=None, strides=None, pads=None, dilations=None, group=1, **_):
+def _conv(ctx, x, w, b=None, strides=None, pads=None, dilations=None, group=1):
     rank = len(shape_of(x)) - 2
     if rank not in (1, 2):
         raise UnsupportedOpError(f"{ctx.where}: Conv over {rank} spatial dimensions; Conv1d "
@@ -180,7 +184,7 @@ def _conv(ctx, x, w, b=None, strides=None, pads=None, dilations=None, group=1, *
 
 # ---- normalisation ----------------------------------------------------------------------------
 @onnx_op("BatchNormalization")
-def _batch_norm(ctx, x, w, b, mean, var, epsilon=1e-5, momentum=0.9, training_mode=0, **_):
+def _batch_norm(ctx, x, w, b, mean, var, epsilon=1e-5, momentum=0.9, training_mode=0):
     # ONNX's momentum keeps the old statistic; PyTorch's weighs the new one.
     if ctx.training and training_mode:
         y, _, _, new_mean, new_var = A._batch_norm_train(ctx, None, x, w, b, mean, var, True,
@@ -190,7 +194,7 @@ def _batch_norm(ctx, x, w, b, mean, var, epsilon=1e-5, momentum=0.9, training_mo
 
 
 @onnx_op("LayerNormalization")
-def _layer_norm(ctx, x, w=None, b=None, axis=-1, epsilon=1e-5, **_):
+def _layer_norm(ctx, x, w=None, b=None, axis=-1, epsilon=1e-5):
     rank = len(shape_of(x))
     return A._layer_norm(ctx, None, x, shape_of(x)[axis % rank:], w, b, epsilon)
 
@@ -198,7 +202,7 @@ def _layer_norm(ctx, x, w=None, b=None, axis=-1, epsilon=1e-5, **_):
 # ---- pooling and reductions -------------------------------------------------------------------
 @onnx_op("MaxPool")
 def _max_pool(ctx, x, kernel_shape=None, strides=None, pads=None, dilations=None,
-              ceil_mode=0, **_):
+              ceil_mode=0):
     pads = pads or [0, 0, 0, 0]
     return ctx.emit(R.nn.max_pool2d(x, kernel_shape, strides or kernel_shape,
                                     [pads[0], pads[1], pads[2], pads[3]], dilations or [1, 1],
@@ -207,7 +211,7 @@ def _max_pool(ctx, x, kernel_shape=None, strides=None, pads=None, dilations=None
 
 @onnx_op("AveragePool")
 def _avg_pool(ctx, x, kernel_shape=None, strides=None, pads=None, ceil_mode=0,
-              count_include_pad=0, **_):
+              count_include_pad=0):
     pads = pads or [0, 0, 0, 0]
     return ctx.emit(R.nn.avg_pool2d(x, kernel_shape, strides or kernel_shape,
                                     [pads[0], pads[1], pads[2], pads[3]], [1, 1],
@@ -216,12 +220,12 @@ def _avg_pool(ctx, x, kernel_shape=None, strides=None, pads=None, ceil_mode=0,
 
 
 @onnx_op("GlobalAveragePool")
-def _global_avg_pool(ctx, x, **_):
+def _global_avg_pool(ctx, x):
     return ctx.emit(R.mean(x, axis=list(range(2, len(shape_of(x)))), keepdims=True))
 
 
 def _reduce(fn):
-    def convert(ctx, x, axes_input=None, axes=None, keepdims=1, **_):
+    def convert(ctx, x, axes_input=None, axes=None, keepdims=1):
         axes = axes_input if axes_input is not None else axes
         axes = None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
         return fn(ctx, None, x, axes, bool(keepdims))
@@ -234,14 +238,14 @@ onnx_op("ReduceSum")(_reduce(A._sum))
 
 # ---- layout and shape arithmetic --------------------------------------------------------------
 @onnx_op("Flatten")
-def _flatten(ctx, x, axis=1, **_):
+def _flatten(ctx, x, axis=1):
     shape = shape_of(x)
     axis %= len(shape)
     return A._reshape_to(ctx, x, [int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))])
 
 
 @onnx_op("Reshape")
-def _reshape(ctx, x, shape, **_):
+def _reshape(ctx, x, shape):
     shape = [int(s) for s in shape]
     current = shape_of(x)
     shape = [current[i] if s == 0 else s for i, s in enumerate(shape)]  # 0 copies the dim
@@ -249,20 +253,20 @@ def _reshape(ctx, x, shape, **_):
 
 
 @onnx_op("Transpose")
-def _transpose(ctx, x, perm=None, **_):
+def _transpose(ctx, x, perm=None):
     perm = perm or list(reversed(range(len(shape_of(x)))))
     return ctx.emit(R.permute_dims(x, perm))
 
 
 @onnx_op("Concat")
-def _concat(ctx, *tensors, axis=0, **_):
+def _concat(ctx, *tensors, axis=0):
     if _static(tensors):
         return np.concatenate(tensors, axis)
     return A._cat(ctx, None, list(tensors), axis)
 
 
 @onnx_op("Unsqueeze")
-def _unsqueeze(ctx, x, axes_input=None, axes=None, **_):
+def _unsqueeze(ctx, x, axes_input=None, axes=None):
     axes = sorted(int(a) for a in np.asarray(axes_input if axes_input is not None else axes)
                   .reshape(-1))
     if isinstance(x, np.ndarray):
@@ -274,7 +278,7 @@ def _unsqueeze(ctx, x, axes_input=None, axes=None, **_):
 
 
 @onnx_op("Squeeze")
-def _squeeze(ctx, x, axes_input=None, axes=None, **_):
+def _squeeze(ctx, x, axes_input=None, axes=None):
     axes = axes_input if axes_input is not None else axes
     if isinstance(x, np.ndarray):
         return np.squeeze(x, tuple(int(a) for a in np.asarray(axes).reshape(-1)))
@@ -283,12 +287,12 @@ def _squeeze(ctx, x, axes_input=None, axes=None, **_):
 
 
 @onnx_op("Shape")
-def _shape(ctx, x, **_):
+def _shape(ctx, x):
     return np.array(x.shape if isinstance(x, np.ndarray) else shape_of(x), np.int64)
 
 
 @onnx_op("Gather")
-def _gather(ctx, data, indices, axis=0, **_):
+def _gather(ctx, data, indices, axis=0):
     if not _static([data, indices]):
         raise UnsupportedOpError(f"{ctx.where}: Gather over a tensor computed at run time is "
                                  "not supported (only over static shapes)")
@@ -296,7 +300,7 @@ def _gather(ctx, data, indices, axis=0, **_):
 
 
 @onnx_op("Cast")
-def _cast(ctx, x, to=1, **_):
+def _cast(ctx, x, to=1):
     if isinstance(x, np.ndarray):
         import onnx
 
@@ -305,7 +309,7 @@ def _cast(ctx, x, to=1, **_):
 
 
 @onnx_op("Constant")
-def _constant(ctx, value=None, value_float=None, value_int=None, value_ints=None, **_):
+def _constant(ctx, value=None, value_float=None, value_int=None, value_ints=None):
     import onnx
 
     if value is not None:
@@ -315,16 +319,104 @@ def _constant(ctx, value=None, value_float=None, value_int=None, value_ints=None
 
 
 @onnx_op("Identity")
-def _identity(ctx, x, **_):
+def _identity(ctx, x):
     return x
 
 
 @onnx_op("Dropout")
-def _dropout(ctx, x, ratio=None, training_mode=None, **_):
+def _dropout(ctx, x, ratio=None, training_mode=None):
     p = float(ratio) if ratio is not None else 0.5
     train = bool(training_mode) if training_mode is not None else False
     out, mask = A._native_dropout(ctx, None, x, p, ctx.training and train)
     return [out] if mask is None else [out, mask]
+
+
+# ---- versions and attributes ------------------------------------------------------------------
+# The first version of each op whose semantics the converter implements (an op's semantics
+# are those of its newest version at or below the model's opset). Before these: Add, Sub,
+# Mul, Div, Pow and Gemm broadcast by a `broadcast` attribute; BatchNormalization has no
+# training mode; Dropout-7/10 is always the identity; Reshape-1 and Cast-1 take attributes
+# that later versions take as inputs or as numbers; Concat-1's axis is optional.
+FIRST_VERSION = {"Add": 7, "Sub": 7, "Mul": 7, "Div": 7, "Pow": 7, "Gemm": 7,
+                 "BatchNormalization": 14, "Dropout": 12, "Reshape": 5, "Cast": 6, "Concat": 4}
+ANY = object()
+# Attributes a converter does not read, accepted only at the value with which the converter's
+# semantics hold (ANY: whatever their value; they restate what the inputs say).
+PASSIVE_ATTRIBUTES = {
+    "Conv": {"auto_pad": "NOTSET", "kernel_shape": ANY},
+    "MaxPool": {"auto_pad": "NOTSET", "storage_order": 0},
+    "AveragePool": {"auto_pad": "NOTSET", "dilations": [1, 1]},
+    "ReduceMean": {"noop_with_empty_axes": 0}, "ReduceSum": {"noop_with_empty_axes": 0},
+    "Reshape": {"allowzero": 0}, "Shape": {"start": 0}, "Cast": {"saturate": 1},
+    "LayerNormalization": {"stash_type": 1}, "Dropout": {"seed": ANY},
+}
+
+
+def check_opsets(model) -> dict[str, int]:
+    """{domain: opset} of the model; an opset newer than the onnx package knows, or a
+    domain other than ONNX's own, is refused."""
+    import onnx.defs
+
+    newest = onnx.defs.onnx_opset_version()
+    opsets = {o.domain or "": o.version for o in model.opset_import}
+    if opsets.get("", 0) > newest:
+        raise UnsupportedOpError(f"the model declares ONNX opset {opsets['']}, newer than "
+                                 f"the newest this onnx package knows ({newest}); export "
+                                 f"with opset_version <= {newest}")
+    return opsets
+
+
+def _node_label(node) -> str:
+    return node.name or (node.output[0] if node.output else node.op_type)
+
+
+def check_supported_onnx(graph, opsets: dict[str, int]) -> None:
+    """Every node's op, version and attributes, checked before any is converted."""
+    import onnx.defs
+
+    problems = []
+    for n in graph.node:
+        where = f"node {_node_label(n)!r}"
+        if n.domain not in ("", "ai.onnx"):
+            problems.append(f"{where}: op {n.op_type} of domain {n.domain!r} is not supported "
+                            "(only ONNX's own ops)")
+            continue
+        if n.op_type not in ONNX_CONVERTERS:
+            problems.append(f"{where}: ONNX op {n.op_type} is not supported")
+            continue
+        opset = opsets.get("", 1)
+        try:
+            since = onnx.defs.get_schema(n.op_type, opset, "").since_version
+        except Exception:  # noqa: BLE001 - onnx: no version of the op at this opset
+            problems.append(f"{where}: {n.op_type} does not exist at opset {opset}")
+            continue
+        first = FIRST_VERSION.get(n.op_type, 1)
+        if since < first:
+            problems.append(f"{where}: {n.op_type}-{since} (opset {opset}) is not supported; "
+                            f"{n.op_type} is from version {first} on: export with "
+                            f"opset_version >= {first}")
+        problems += [f"{where}: {p}" for p in _attribute_problems(n)]
+    if problems:
+        raise UnsupportedOpError("; ".join(problems) + ". The supported ops are in the README.")
+
+
+def _attribute_problems(node) -> list[str]:
+    converter = ONNX_CONVERTERS[node.op_type]
+    takes = inspect.signature(converter).parameters
+    problems = []
+    for name, value in _attrs(node).items():
+        if name in takes:
+            continue
+        allowed = PASSIVE_ATTRIBUTES.get(node.op_type, {}).get(name, None)
+        if allowed is ANY or (allowed is not None and _same(value, allowed)):
+            continue
+        problems.append(f"{node.op_type} attribute {name}={value!r} is not supported"
+                        + (f" (only {allowed!r})" if allowed is not None else ""))
+    return problems
+
+
+def _same(value, allowed) -> bool:
+    return (list(value) if isinstance(value, (list, tuple)) else value) == allowed
 
 
 # ---- the graph --------------------------------------------------------------------------------
@@ -333,25 +425,15 @@ SECOND_INPUT_ATTRS = {"ReduceMean": "axes_input", "ReduceSum": "axes_input",
 BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
 
 
-def _node_label(node) -> str:
-    return node.name or node.output[0]
-
-
-def check_supported_onnx(graph) -> None:
-    problems = [f"node {_node_label(n)!r}: ONNX op {n.op_type} is not supported"
-                for n in graph.node if n.op_type not in ONNX_CONVERTERS]
-    if problems:
-        raise UnsupportedOpError("; ".join(problems) + ". Supported ONNX ops: "
-                                 + ", ".join(sorted(ONNX_CONVERTERS)) + ".")
-
-
 def import_onnx(model, example_inputs: tuple, training: bool, extend=None) -> tuple:
     """Convert an ONNX model (path or ModelProto) like `torch_export.import_forward`."""
     import onnx
 
     model = load_onnx(model)
     graph = model.graph
-    check_supported_onnx(graph)
+    if not graph.node:
+        raise CompileError("the ONNX model has no nodes (an empty or truncated file?)")
+    check_supported_onnx(graph, check_opsets(model))
     initializers = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
     buffers = {n.input[i] for n in graph.node for i in BUFFER_INPUTS.get(n.op_type, ())
                if i < len(n.input)}
@@ -380,8 +462,13 @@ def import_onnx(model, example_inputs: tuple, training: bool, extend=None) -> tu
         updates, statistics = {}, set()  # new running stats, by buffer and by output name
         for node in graph.node:
             ctx.where = f"node {_node_label(node)!r} ({node.op_type})"
+            undefined = [i for i in node.input if i and i not in env]
+            if undefined:
+                raise CompileError(f"{ctx.where} reads {', '.join(map(repr, undefined))}, "
+                                   "which no graph input, initializer or earlier node defines")
             args = [env[i] if i else None for i in node.input]
-            attrs = _attrs(node)
+            takes = inspect.signature(ONNX_CONVERTERS[node.op_type]).parameters
+            attrs = {k: v for k, v in _attrs(node).items() if k in takes}  # others: passive
             if node.op_type in SECOND_INPUT_ATTRS and len(args) > 1:
                 attrs[SECOND_INPUT_ATTRS[node.op_type]] = args.pop(1)
             try:
