@@ -78,7 +78,7 @@ def trainer(tmp_path_factory):
 
 
 @pytest.mark.parametrize("x, y, fragment", [
-    (torch.randn(5, 6), Y, r"shape \[5, 6\]; the step was compiled for \[4, 6\]"),
+    (torch.randn(5, 6), Y, r"shape \[5, 6\]; it must be \[4, 6\] \(the batch size"),
     (torch.ones(4, 6, dtype=torch.int32), Y, "must be a float array"),
     (X, torch.randn(4), "must be an integer array"),
     (X, torch.tensor([0, 1, 2, 3]), r"class indices in \[0, 3\)"),

@@ -129,3 +129,25 @@ def test_empty_and_corrupt_onnx_files(tmp_path):
         _compile_onnx(str(empty), tmp_path)
     with pytest.raises(ub.CompileError, match="cannot read the ONNX model"):
         _compile_onnx(str(garbage), tmp_path)
+
+
+# ---- compile arguments -----------------------------------------------------------------------
+@pytest.mark.parametrize("make,match", [
+    (lambda: ub.SGD(lr="fast"), "lr='fast' must be a number, not str"),
+    (lambda: ub.SGD(momentum=None), "momentum=None must be a number"),
+    (lambda: ub.SGD(lr=float("nan")), "lr=nan is out of range"),
+    (lambda: ub.SGD(momentum=0.9, nesterov="yes"), r"nesterov='yes'\) must be True or False"),
+    (lambda: ub.Adam(betas=0.9), "betas=0.9 must be a pair"),
+    (lambda: ub.AdamW(weight_decay=True), "weight_decay=True must be a number"),
+])
+def test_optimizer_arguments_of_the_wrong_type(make, match):
+    with pytest.raises(ub.CompileError, match=match):
+        make()
+
+
+def test_an_empty_batch_is_refused(tmp_path):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
+    with pytest.raises(ub.CompileError, match=r"example input 0 has shape \[0, 3, 2, 2\]: it "
+                                              "holds no element"):
+        ub.compile(model, (torch.zeros(0, 3, 2, 2),), torch.zeros(0, dtype=torch.long),
+                   out_dir=tmp_path)

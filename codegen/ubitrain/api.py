@@ -109,6 +109,11 @@ def _checked_io(example_inputs, labels, out_dir) -> tuple[tuple, torch.Tensor, P
         example_inputs = (example_inputs,)
     example_inputs = tuple(_as_tensor(x, "example input") for x in example_inputs)
     labels = _as_tensor(labels, "labels")
+    for what, t in [(f"example input {i}", x) for i, x in enumerate(example_inputs)] + \
+            [("labels", labels)]:
+        if t.numel() == 0:
+            raise CompileError(f"{what} has shape {list(t.shape)}: it holds no element; "
+                               "compile with a batch of at least one sample")
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
     return example_inputs, labels, out_dir

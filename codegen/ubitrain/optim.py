@@ -19,7 +19,11 @@ from .errors import CompileError
 
 
 def _check(name, value, low=0.0, high=None, strict_low=False):
-    bad = value < low or (strict_low and value == low) or (high is not None and value >= high)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CompileError(f"optimizer parameter {name}={value!r} must be a number, not "
+                           f"{type(value).__name__}")
+    bad = (value != value or value < low or (strict_low and value == low)  # NaN: out of range
+           or (high is not None and value >= high))
     if bad:
         bound = f"> {low}" if strict_low else f">= {low}"
         raise CompileError(f"optimizer parameter {name}={value} is out of range; it must be "
@@ -39,7 +43,10 @@ class SGD:
     def __post_init__(self):
         _check("lr", self.lr)
         _check("momentum", self.momentum)
+        _check("dampening", self.dampening)
         _check("weight_decay", self.weight_decay)
+        if not isinstance(self.nesterov, bool):
+            raise CompileError(f"SGD(nesterov={self.nesterov!r}) must be True or False")
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
             raise CompileError("SGD(nesterov=True) needs momentum > 0 and dampening = 0, "
                                "as in PyTorch")
@@ -83,6 +90,9 @@ class Adam:
     def __post_init__(self):
         _check("lr", self.lr)
         _check("eps", self.eps)
+        if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
+            raise CompileError(f"optimizer parameter betas={self.betas!r} must be a pair "
+                               "(beta1, beta2), e.g. (0.9, 0.999)")
         _check("betas[0]", self.betas[0], high=1.0)
         _check("betas[1]", self.betas[1], high=1.0)
         _check("weight_decay", self.weight_decay)
