@@ -45,6 +45,14 @@ class MemoryPlan:
     budget: object | None = None  # memory/budget.py BudgetReport when a budget was given
     micro_batches: int = 1  # the step runs k micro-batches (program/micro_batch.py)
 
+    @property
+    def restore_is_atomic(self) -> bool:
+        """The generated restore can stage the state in the step's working memory (free
+        between steps), so that it changes nothing unless it succeeds. Where that memory is
+        smaller than the state, the C restore reads over the state (verified whole first);
+        the Python trainer keeps its own copy and is all or nothing either way."""
+        return self.arena_bytes - self.persistent_bytes >= self.persistent_bytes
+
     def bytes_by_kind(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for b in self.buffers:

@@ -174,6 +174,7 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
         inputs=[_io(x) for x in inputs], labels=_io(labels), output=_io(output),
         tensors=tensors, constants=constants, initial=initial, zeroed=zeroed, kernels=kernels,
         classes=classes, state_bytes=plan.persistent_bytes, model_id=_layout_id(tensors),
+        staged_restore=plan.restore_is_atomic,
         train_body=[("    " if n > 1 and c.kernel not in (BEGIN, END) else "")
                     + printer.statement(c) for n, c in zip(call_repeats(train), train.calls)],
         pages=sum(c.kernel == "ub_page_out" for c in train.calls),

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from pathlib import Path
 
 import numpy as np
 
+from ..errors import InputError
 from .trainer_base import DTYPES, STATUS_TEXT, TrainerBase  # noqa: F401 (re-exported)
 
 
@@ -27,8 +29,11 @@ class _Storage(ctypes.Structure):  # runtime_c/ub_storage.h
                 ("read", ctypes.c_void_p), ("write", ctypes.c_void_p)]
 
 
+PREFIX_BYTES = 1024  # runtime_c/ub_storage_file.h UB_FILE_STORAGE_PREFIX_BYTES
+
+
 class _FileStorage(ctypes.Structure):  # runtime_c/ub_storage_file.h
-    _fields_ = [("prefix", ctypes.c_char * 240)]
+    _fields_ = [("prefix", ctypes.c_char * PREFIX_BYTES), ("durable", ctypes.c_int32)]
 
 
 class _Ctx(ctypes.Structure):
@@ -85,6 +90,7 @@ class HostTrainer(TrainerBase):
 
         self._pages = tempfile.TemporaryDirectory(prefix="ub_pages_")
         self._page_storage = self._storage(Path(self._pages.name) / "page")
+        self._page_storage[0].durable = 0  # scratch: no fsync per page
         set_storage = getattr(self.lib, f"ub_{self.package.model_name}_set_storage")
         set_storage.restype = ctypes.c_int32
         self._check(set_storage(ctypes.byref(self.ctx), ctypes.byref(self._page_storage[1])),
@@ -124,27 +130,49 @@ class HostTrainer(TrainerBase):
         return self._predict_fn(ctypes.byref(self.ctx), *[_ptr(x) for x in xs], _ptr(out)), out
 
     def _storage(self, path) -> tuple[_FileStorage, _Storage]:
+        """The C file storage over `<path>.0` and `<path>.1`."""
+        try:
+            prefix = os.fsencode(os.fspath(path))
+        except TypeError:
+            raise InputError(f"a checkpoint path must be a str, bytes or os.PathLike, not "
+                             f"{type(path).__name__}") from None
+        if len(prefix) + 12 > PREFIX_BYTES:  # ".<block>" and the terminating zero
+            raise InputError(f"the checkpoint path is {len(prefix)} bytes long; the file "
+                             f"storage takes at most {PREFIX_BYTES - 12}: use a shorter path")
+        folder = os.path.dirname(prefix) or b"."
+        if not os.path.isdir(folder):
+            raise InputError(f"the checkpoint folder {os.fsdecode(folder)!r} does not exist")
         files, storage = _FileStorage(), _Storage()
         open_storage = self.lib.ub_file_storage_open
         open_storage.restype = ctypes.c_int32
-        self._check(open_storage(ctypes.byref(files), ctypes.byref(storage),
-                                 str(path).encode()), f"opening storage {path}")
+        self._check(open_storage(ctypes.byref(files), ctypes.byref(storage), prefix),
+                    f"opening storage {os.fsdecode(prefix)!r}")
         return files, storage
 
     def save(self, path) -> None:
-        """A crash-safe checkpoint (parameters, buffers, optimizer state, step counter) in
-        the files `<path>.0` and `<path>.1`: a save cut short leaves the previous one."""
+        """A crash-safe checkpoint (parameters, buffers, optimizer state, step counter, the
+        Dropout generator) in the files `<path>.0` and `<path>.1`: a save cut short leaves
+        the previous one, and a save that returned is on disk (fsync)."""
         files, storage = self._storage(path)
         save = getattr(self.lib, f"ub_{self.package.model_name}_save")
         save.restype = ctypes.c_int32
-        self._check(save(ctypes.byref(self.ctx), ctypes.byref(storage)), f"save({path})")
+        self._check(save(ctypes.byref(self.ctx), ctypes.byref(storage)),
+                    f"save({os.fsdecode(os.fspath(path))!r})")
 
     def restore(self, path) -> None:
-        """Restore the last complete checkpoint saved at `path`."""
+        """Restore the last complete checkpoint saved at `path`; unless it succeeds, the
+        trainer stays exactly as it was."""
         files, storage = self._storage(path)
         restore = getattr(self.lib, f"ub_{self.package.model_name}_restore")
         restore.restype = ctypes.c_int32
-        self._check(restore(ctypes.byref(self.ctx), ctypes.byref(storage)), f"restore({path})")
+        state_bytes = self.package.memory_plan.persistent_bytes
+        # The C restore stages through the step's working memory where it fits
+        # (MemoryPlan.restore_is_atomic); here, host memory makes every restore all or nothing.
+        before = (self.arena[:state_bytes].copy(), self.ctx.step, self.ctx.rng_state)
+        status = restore(ctypes.byref(self.ctx), ctypes.byref(storage))
+        if status != 0:
+            self.arena[:state_bytes], self.ctx.step, self.ctx.rng_state = before
+        self._check(status, f"restore({os.fsdecode(os.fspath(path))!r})")
 
     def _get(self, i):
         name, _, dtype, shape, nbytes = self.tensors[i]
