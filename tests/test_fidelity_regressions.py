@@ -181,3 +181,43 @@ def test_batch_norm_output_permuted(tmp_path):
     data = [(torch.randn(2, 2, 1, 3, generator=gen), torch.randn(2, 8, generator=gen))]
     assert_match(judge(NormThenPermute(), data, ub.SGD(lr=0.1, momentum=0.9), tmp_path,
                        loss="mse"))
+
+
+class PaddingOnlyColumn(nn.Module):
+    """A 1x1 conv with padding 1 and stride 3 over a width of 1: its one output column reads
+    padding only, so the weight gradient gets nothing from it; the gradient rule sliced the
+    input to width 0 and Relax's Gradient pass failed (fuzz seeds 1274, 1313)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 12, 1, stride=3, padding=1, dilation=2, groups=4)
+        self.head = nn.Linear(24, 5)
+
+    def forward(self, x):
+        return self.head(self.conv(x).flatten(1))
+
+
+def test_conv_whose_taps_read_padding_only(tmp_path):
+    torch.manual_seed(0)
+    assert_match(judge(PaddingOnlyColumn(), batches((2, 4, 3, 1), 5),
+                       ub.SGD(lr=0.1, momentum=0.9), tmp_path))
+
+
+class WideBiasSum(nn.Module):
+    """A Linear over a 4D tensor: its bias gradient sums 1152 rows, which the broadcast's
+    gradient (collapse_sum) accumulated in float32, 25x further from float64 than PyTorch
+    (fuzz seed 1189); it accumulates in the target's wide type now, as sums do."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.head = nn.Linear(3, 4), nn.Linear(1, 7)
+
+    def forward(self, x):
+        t = torch.sigmoid(x.reshape(x.shape[0], 72, 1, 3))
+        return self.head(self.fc(t).mean((1, 2, 3), keepdim=True).flatten(1))
+
+
+def test_bias_gradient_over_many_rows(tmp_path):
+    torch.manual_seed(0)
+    assert_match(judge(WideBiasSum(), batches((16, 4, 9, 6), 7),
+                       ub.SGD(lr=0.01, momentum=0.9), tmp_path))

@@ -150,6 +150,8 @@ def conv2d_grad(orig_var, orig_call, output_grad, ctx):
     unpad_h, unpad_w = min(extra_h, pad_bottom), min(extra_w, pad_right)
     if extra_h > unpad_h or extra_w > unpad_w:
         in_h, in_w = in_h - (extra_h - unpad_h), in_w - (extra_w - unpad_w)
+        if in_h <= 0 or in_w <= 0:  # every tap reads padding only (a 1x1 kernel, padding 1,
+            return [data_grad, R.zeros_like(weight)]  # stride past the input): dW = 0
         data = R.strided_slice(data, axes=[2, 3], begin=[0, 0], end=[in_h, in_w])
     padding = [pad_top, pad_left, pad_bottom - unpad_h, pad_right - unpad_w]
     if groups != 1:
