@@ -1,4 +1,5 @@
-"""Legalization of float32 reductions (sum, mean, variance) with a wider accumulator.
+"""Legalization of float32 reductions (sum, mean, variance, and collapse_sum, the gradient of a
+broadcast such as a bias add) with a wider accumulator.
 
 PyTorch's CPU kernels accumulate BatchNorm's batch statistics in double. TOPI's reductions
 accumulate in the tensor's own float32, which leaves 20x more rounding residue in statistics
@@ -91,6 +92,24 @@ def te_variance(x, axis, keepdims, acc):
     return te.compute(sq.shape, lambda *i: (sq(*i) / count).astype(x.dtype), name="T_variance")
 
 
+def te_collapse_sum(x, target_shape, acc):
+    """Sum `x` down to `target_shape`, the shape it was broadcast from (a bias's gradient):
+    over its leading extra dims and over every dim where the target has 1."""
+    shape = [int(d) for d in x.shape]
+    target = [int(d) for d in target_shape]
+    lead = len(shape) - len(target)
+    axes = [a for a in range(len(shape))
+            if a < lead or (target[a - lead] == 1 and shape[a] != 1)]
+    rvars = {a: te.reduce_axis((0, shape[a]), name=f"k{a}") for a in axes}
+
+    def total(*idx):
+        index = [rvars[a] if a in rvars else idx[a - lead] for a in range(len(shape))]
+        return te.sum(x(*index).astype(acc), axis=list(rvars.values()))
+
+    wide = te.compute(target, total, name="collapse_acc")
+    return te.compute(target, lambda *i: wide(*i).astype(x.dtype), name="T_collapse_sum")
+
+
 def _legalize(te_func, acc):
     def legalize(bb, call):
         x = call.args[0]
@@ -101,6 +120,21 @@ def _legalize(te_func, acc):
     return legalize
 
 
+def _legalize_collapse(acc, target_arg):
+    def legalize(bb, call):
+        x = call.args[0]
+        if str(x.ty.dtype) != "float32":
+            return None
+        target = call.args[1]
+        shape = target.ty.shape if target_arg == "like" else target.values
+        return bb.call_te(te_collapse_sum, x, [int(d) for d in shape], acc,
+                          primfunc_name_hint="collapse_sum")
+    return legalize
+
+
 def reduction_legalizations(acc: str) -> dict:
+    """Sums, means and variances, and the gradients of broadcasts (bias gradients)."""
     return {"relax.sum": _legalize(te_sum, acc), "relax.mean": _legalize(te_mean, acc),
-            "relax.variance": _legalize(te_variance, acc)}
+            "relax.variance": _legalize(te_variance, acc),
+            "relax.collapse_sum_to": _legalize_collapse(acc, "to"),
+            "relax.collapse_sum_like": _legalize_collapse(acc, "like")}
