@@ -315,3 +315,40 @@ def test_a_save_is_synced_to_disk(trainer, tmp_path):
     env = dict(os.environ, LD_PRELOAD=str(shim), FSYNC_LOG=str(log))
     subprocess.run([sys.executable, "-c", script], check=True, env=env)
     assert int(log.read_text()) >= 2  # the file, and the folder that got a new file
+
+
+# ---- the command line ------------------------------------------------------------------------
+def _cli(*args, cwd=None):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "ubitrain.cli", *args], capture_output=True,
+                          text=True, cwd=cwd)
+
+
+@pytest.mark.parametrize("args,match", [
+    (("compile",), "the following arguments are required: MODEL"),
+    (("compile", "m.py:f", "--lr", "fast"), "argument --lr: invalid float value: 'fast'"),
+    (("fuzz", "--seeds", "x"), "argument --seeds: give A:B or N, not 'x'"),
+    (("compile", "m.py:f", "--input-shape", "1,8,x"), "--input-shape '1,8,x' is not a shape"),
+])
+def test_cli_errors_are_one_line(args, match, tmp_path):
+    (tmp_path / "m.py").write_text("from torch import nn\n"
+                                   "def f():\n    return nn.Sequential(nn.Flatten(), "
+                                   "nn.Linear(64, 3))\n")
+    run = _cli(*args, cwd=tmp_path)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and match in lines[0], run.stderr
+
+
+def test_cli_keeps_torch_chatter_off_stderr(tmp_path):
+    """A model that makes PyTorch warn (padding='same' with an even kernel): the CLI prints
+    only its own lines; --verbose shows the rest."""
+    (tmp_path / "m.py").write_text("from torch import nn\n"
+                                   "def f():\n    return nn.Sequential(nn.Conv2d(1, 2, 2, "
+                                   "padding='same'), nn.Flatten(), nn.Linear(128, 3))\n")
+    run = _cli("compile", "m.py:f", "--input-shape", "1,8,8", "--batch", "2", "--no-progress",
+               "--out-dir", str(tmp_path / "out"), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.strip() == "", run.stderr

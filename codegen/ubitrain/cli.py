@@ -86,9 +86,17 @@ def _formatter(prog):
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=30)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, `error: ...`, and status 2, like every other error."""
+
+    def error(self, message):
+        sys.stderr.write(f"error: {message} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ubitrain", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=_formatter)
+    parser = _Parser(prog="ubitrain", description=DESCRIPTION, epilog=EPILOG,
+                     formatter_class=_formatter)
     parser.add_argument("--version", action="version", version=f"ubitrain {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -208,10 +216,8 @@ def load_factory(spec: str):
 def _parse_shape(text: str) -> tuple[int, ...]:
     from .errors import CompileError
 
-    try:
-        shape = tuple(int(d) for d in text.replace("x", ",").split(",") if d.strip())
-    except ValueError:
-        shape = ()
+    parts = re.split(r"[,x]", text.strip())  # "1,8,8" or "1x8x8"; every part a size
+    shape = tuple(int(p) for p in parts) if all(p.strip().isdigit() for p in parts) else ()
     if not shape or min(shape) < 1:
         raise CompileError(f"--input-shape {text!r} is not a shape; give positive sizes such "
                            "as 1,8,8")
@@ -480,17 +486,23 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    import logging
     import warnings
-    warnings.filterwarnings("ignore", category=FutureWarning)  # torch.export's own chatter
+
     from .errors import UbitrainError, UbitrainWarning
 
+    verbose = getattr(args, "verbose", False)
     shown = warnings.showwarning
 
-    def show(message, category, *rest, **kw):  # ours as one line, not file:line + source
-        if issubclass(category, UbitrainWarning):
+    def show(message, category, *rest, **kw):  # ours as one line; torch's and TVM's chatter
+        if issubclass(category, UbitrainWarning):  # only with --verbose
             print(f"warning: {message}", file=sys.stderr)
-        else:
+        elif verbose:
             shown(message, category, *rest, **kw)
+
+    if not verbose:  # torch.export logs through logging, not warnings
+        for name in ("torch", "tvm"):
+            logging.getLogger(name).setLevel(logging.ERROR)
 
     try:
         with warnings.catch_warnings():  # restores showwarning for callers of main()
@@ -498,7 +510,6 @@ def main(argv=None) -> int:
             return COMMANDS[args.command](args)
     except UbitrainError as err:
         first, _, rest = str(err).strip().partition("\n")
-        verbose = getattr(args, "verbose", False)
         if rest and not verbose:
             first += " (run with --verbose for details)"
         print(f"error: {first}", file=sys.stderr)

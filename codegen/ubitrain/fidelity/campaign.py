@@ -7,6 +7,7 @@ fixed-seed tier of it in CI.
 
 from __future__ import annotations
 
+import argparse
 import json
 import multiprocessing
 import os
@@ -52,10 +53,14 @@ def torch_threads():
 
 def parse_seeds(text: str) -> range:
     """`A:B` (A to B-1) or `N` (0 to N-1)."""
-    if ":" in text:
-        a, b = text.split(":", 1)
-        return range(int(a), int(b))
-    return range(int(text))
+    try:
+        a, b = text.split(":", 1) if ":" in text else (0, text)
+        seeds = range(int(a), int(b))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give A:B or N, not {text!r}") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"{text!r} holds no seed")
+    return seeds
 
 
 def run_campaign(seeds: range, jobs: int = 2, out: Path | None = None, reduce: bool = True,
@@ -121,7 +126,8 @@ internal error). A mismatch or internal error exits with status 1."""
 def add_fuzz_parser(sub, formatter):
     f = sub.add_parser("fuzz", help="differential fuzzing against PyTorch on random models",
                        description=FUZZ_HELP, epilog=FUZZ_EPILOG, formatter_class=formatter)
-    f.add_argument("--seeds", default="0:100", help="A:B (seeds A to B-1) or N (0 to N-1)")
+    f.add_argument("--seeds", default=range(100), type=parse_seeds,
+                   help="A:B (seeds A to B-1) or N (0 to N-1); default 0:100")
     f.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="worker processes (default: one per core)")
     f.add_argument("--out", default="fuzz-results",
@@ -131,7 +137,7 @@ def add_fuzz_parser(sub, formatter):
 
 
 def cmd_fuzz(args) -> int:
-    summary = run_campaign(parse_seeds(args.seeds), args.jobs, Path(args.out),
+    summary = run_campaign(args.seeds, args.jobs, Path(args.out),
                            reduce=not args.no_reduce,
                            progress=False if args.no_progress else None)
     for record in summary.failures:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -126,8 +127,14 @@ class Variant:
         threads = torch.get_num_threads()
         torch.set_num_threads(self.threads)
         try:
-            with torch.backends.mkldnn.flags(enabled=not self.channels_last):
+            with warnings.catch_warnings():  # oneDNN's note on Intel GPUs, at every switch
+                warnings.simplefilter("ignore", UserWarning)
+                flags = torch.backends.mkldnn.flags(enabled=not self.channels_last)
+                flags.__enter__()
+            try:
                 yield
+            finally:
+                flags.__exit__(None, None, None)
         finally:
             torch.set_num_threads(threads)
 
