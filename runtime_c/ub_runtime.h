@@ -14,8 +14,11 @@
  * not, on x86-64). */
 #if defined(__GNUC__)
 #define UB_KERNEL static __attribute__((noinline))
+/* Shared helpers of an ISA's kernels (packers, GEMM cores): a model uses some of them. */
+#define UB_MAYBE_UNUSED __attribute__((unused))
 #else
 #define UB_KERNEL static
+#define UB_MAYBE_UNUSED
 #endif
 /* For a kernel with a `c ? a[i] : b[j]` whose two sides both load (a concatenation, a
  * split's gradient): GCC 12's loop vectorizer (-O3 with AVX2, Debian 12's gcc 12.2) reads

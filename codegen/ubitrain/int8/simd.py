@@ -139,7 +139,9 @@ def build_check(target: Target, isa: str, work: Path, toolchain: Path | None,
     """The check program of `isa` against scalar, built for `target` (plus compiler `flags`,
     e.g. -march=armv8.2-a+dotprod for NEON's SDOT path)."""
     work.mkdir(parents=True, exist_ok=True)
-    source = ("#include <stdint.h>\n#include <string.h>\n" + render_simd("scalar", "ref_")
+    source = ("#include <stdint.h>\n#include <string.h>\n"
+              "#define UB_MAYBE_UNUSED __attribute__((unused))  /* as ub_runtime.h */\n"
+              + render_simd("scalar", "ref_")
               + render_simd(isa, "isa_") + CHECK_MAIN)
     (work / "check.c").write_text(source)
     (work / "CMakeLists.txt").write_text(CHECK_CMAKE)

@@ -130,6 +130,9 @@ class CKernel:
     # outputs may be passed over the inputs the in-place analysis pairs them with, to this
     # kernel as it is (a template that reads each element before it writes it, unrestricted)
     alias_safe: bool = False
+    # parameters an in-place variant reads through an output's pointer: its callers pass
+    # NULL there, so that no two restrict parameters receive the same address
+    unread: frozenset = frozenset()
 
 
 
@@ -318,7 +321,7 @@ class _Printer:
             self.written_vars.add(self.buf(s.buffer))
             self.emit(f"{self.buf(s.buffer)}[{self.index(s.indices)}] = {self.expr(s.value)};")
         elif t is tirx.IfThenElse:
-            self.emit(f"if ({self.expr(s.condition)}) {{")
+            self.emit(f"if ({_unwrapped(self.expr(s.condition))}) {{")
             self.indent += 1
             self.stmt(s.then_case)
             self.indent -= 1
@@ -451,6 +454,18 @@ class _Printer:
         self.storage[decl.buffer] = self.storage[root]
 
 
+def _unwrapped(text: str) -> str:
+    """`text` without the parentheses around all of it (clang warns of `if ((a == b))`)."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return text
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and i < len(text) - 1:
+            return text  # "(a) && (b)": the first parenthesis closes early
+    return text[1:-1]
+
+
 def _aligned_bytes(dtype: str, elements: int) -> int:
     nbytes = elements * np.dtype("uint8" if dtype == "bool" else dtype).itemsize
     return (nbytes + 15) // 16 * 16
@@ -496,4 +511,5 @@ def print_kernel(func: tirx.PrimFunc, name: str, aliases: dict[int, int] | None 
         params=[(c, d, n) for c, d, n, _ in params],
         written=written,
         scratch_bytes=scratch,
+        unread=frozenset(aliases),
     )

@@ -9,6 +9,8 @@ share (packers, the GEMM micro-kernel) emitted once ahead of the kernels.
 
 from __future__ import annotations
 
+import re
+
 import tvm_ffi
 from tvm import tirx
 
@@ -106,6 +108,10 @@ class KernelLibrary:
             self._variants[key] = self._variants[(variant, key[1])] = variant
         return self.kernels[self._variants[key]]
 
+    def unread_arguments(self) -> dict[str, frozenset]:
+        """{kernel: the argument indices it takes but reads through another's pointer}."""
+        return {name: k.unread for name, k in self.kernels.items() if k.unread}
+
     def prim_func(self, name: str) -> tirx.PrimFunc | None:
         """The PrimFunc kernel `name` was made from (None for an in-place variant)."""
         for pairs in self._by_hash.values():
@@ -114,8 +120,25 @@ class KernelLibrary:
                     return func
         return None
 
-    def sources(self) -> list[str]:
-        return list(self.support.values()) + [k.source for k in self.kernels.values()]
+    def sources(self, called=None) -> list[str]:
+        """The support code, and the kernels that `called` (kernel names the programs call;
+        None: all) reach, directly or through another kernel (an in-place rewrite or a
+        fusion leaves kernels behind that nothing calls)."""
+        if called is None:
+            kept = set(self.kernels)
+        else:
+            kept, todo = set(), [n for n in called if n in self.kernels]
+            while todo:
+                name = todo.pop()
+                if name not in kept:
+                    kept.add(name)
+                    todo += [n for n in _CALLED.findall(self.kernels[name].source)
+                             if n in self.kernels]
+        return list(self.support.values()) + [k.source for name, k in self.kernels.items()
+                                              if name in kept]
+
+
+_CALLED = re.compile(r"\b(ub_\w+)\s*\(")
 
 
 def _c_ident(name: str) -> str:

@@ -59,8 +59,9 @@ def _io(slot: Slot, name: str | None = None) -> _Io:
 
 
 class _CallPrinter:
-    def __init__(self, plan: MemoryPlan, constants: dict, externals: dict):
+    def __init__(self, plan: MemoryPlan, constants: dict, externals: dict, unread: dict):
         self.plan, self.constants, self.externals = plan, constants, externals
+        self.unread = unread  # kernel -> arguments read through another's pointer: NULL
 
     def pointer(self, slot: Slot, writable: bool) -> str:
         root = slot.root
@@ -76,7 +77,9 @@ class _CallPrinter:
         if call.builtin:
             return getattr(self, call.kernel)(call)
         scratch = (f"A + {self.plan.offsets[call.scratch]}u" if call.scratch else "NULL")
-        args = [scratch] + [self.pointer(a, i in call.outputs) for i, a in enumerate(call.args)]
+        unread = self.unread.get(call.kernel, ())
+        args = [scratch] + ["NULL" if i in unread else self.pointer(a, i in call.outputs)
+                            for i, a in enumerate(call.args)]
         return f"UB_TRY({call.kernel}({', '.join(args)}));"
 
     def ub_copy(self, call):
@@ -129,9 +132,11 @@ class _CallPrinter:
 def render_project(out_dir: Path, model_name: str, train: Program, predict: Program,
                    plan: MemoryPlan, kernels: list[str], state: dict, opt_state: dict,
                    trainable: list[str], inputs: list[Slot], labels: Slot, output: Slot,
-                   classes: int | None, frozen: dict[str, str] | None = None) -> None:
+                   classes: int | None, frozen: dict[str, str] | None = None,
+                   unread: dict | None = None) -> None:
     """`frozen`: {state name: kind} of the state kept in flash as constants
-    (program/frozen_state.py); the tensor table lists them, read-only."""
+    (program/frozen_state.py); the tensor table lists them, read-only. `unread`: {kernel:
+    argument indices it reads through another argument's pointer}, passed as NULL."""
     frozen = frozen or {}
     constants, const_names = [], {}
     for name in frozen:  # named after the tensor, so that a map file or nm shows them
@@ -151,7 +156,7 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
         for s in prog.slots():
             if s.kind == "output":
                 externals[id(s)] = s.name  # "loss" in train_step, "output" in predict
-    printer = _CallPrinter(plan, const_names, externals)
+    printer = _CallPrinter(plan, const_names, externals, unread or {})
 
     tensors, initial, zeroed = [], [], []
     trained = {t.split("[", 1)[0] for t in trainable}  # "fc.weight[0:4]": fc.weight trains
