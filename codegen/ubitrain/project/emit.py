@@ -20,6 +20,10 @@ from ..memory.plan import MemoryPlan
 from ..program.ir import Call, Program, Slot
 from ..program.micro_batch import BEGIN, END, call_repeats
 
+# A debugging aid (ubitrain.fidelity.trace): after every call of a step, the C calls the
+# function pointer ub_<model>_trace, when set, with the program, the call's index and the
+# arena, so that each kernel's output can be compared with its PrimFunc. Off for users.
+TRACE_CALLS = False
 TEMPLATES = Path(__file__).parent / "templates"
 RUNTIME_C = Path(__file__).parent.parent / "runtime_c"  # a link to the top-level runtime_c/
 DTYPE_CODES = {"float32": "UB_F32", "int64": "UB_I64", "int32": "UB_I32", "int8": "UB_I8"}
@@ -181,11 +185,14 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
         classes=classes, state_bytes=plan.persistent_bytes, model_id=_layout_id(tensors),
         staged_restore=plan.restore_is_atomic,
         train_body=[("    " if n > 1 and c.kernel not in (BEGIN, END) else "")
-                    + printer.statement(c) for n, c in zip(call_repeats(train), train.calls)],
+                    + printer.statement(c) + (f" UB_TRACE(0, {i});" if TRACE_CALLS else "")
+                    for i, (n, c) in enumerate(zip(call_repeats(train), train.calls))],
         pages=sum(c.kernel == "ub_page_out" for c in train.calls),
         page_bytes_max=max((c.args[0].nbytes for c in train.calls if c.kernel == "ub_page_out"),
                            default=0),
-        predict_body=[printer.statement(c) for c in predict.calls],
+        predict_body=[printer.statement(c) + (f" UB_TRACE(1, {i});" if TRACE_CALLS else "")
+                      for i, c in enumerate(predict.calls)],
+        trace=TRACE_CALLS,
     )
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True,
