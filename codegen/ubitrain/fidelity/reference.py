@@ -6,10 +6,10 @@ returns the state after it. Starting every step from the state the generated C r
 (teacher forcing, referee.py) keeps float32 rounding from compounding over steps. Dropout
 applies the masks the C runtime draws from the same generator state (dropout.py).
 
-A float32 run can be one of PyTorch's `Variant`s: inputs and state moved by one rounding,
-other thread counts, the channels-last layout. How far such runs land from the float64 run
-says how far a correct float32 implementation may land on this model and step; the referee
-derives its tolerance from it.
+A float32 run can be one of PyTorch's `Variant`s: inputs, state and every op's result moved
+by an ulp at random, other thread counts, the channels-last layout. How far such runs land
+from the float64 run says how far a correct float32 implementation may land on this model
+and step; the referee derives its tolerance from it.
 """
 
 from __future__ import annotations
@@ -99,40 +99,72 @@ def _tensor(value) -> torch.Tensor:
     return torch.from_numpy(np.array(value))
 
 
+def _nudged(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """`t` with each element moved by one ulp up, one down, or not at all, at random."""
+    if not t.dtype.is_floating_point or t.numel() == 0:
+        return t
+    way = torch.randint(0, 3, t.shape, generator=gen)
+    up, down = torch.nextafter(t, torch.full_like(t, float("inf"))), \
+        torch.nextafter(t, torch.full_like(t, float("-inf")))
+    return torch.where(way == 1, up, torch.where(way == 2, down, t))
+
+
+class _RoundingNoise(TorchDispatchMode):
+    """Every float result of every op (forward and backward) moved by an ulp at random: the
+    rounding of another, equally correct float32 implementation, everywhere in the step.
+    Views and in-place ops are left alone (a copy would break their aliasing)."""
+
+    def __init__(self, gen: torch.Generator):
+        super().__init__()
+        self.gen = gen
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if any(r.alias_info is not None for r in func._schema.returns):
+            return out
+        if isinstance(out, torch.Tensor):
+            return _nudged(out, self.gen)
+        if isinstance(out, tuple):
+            return tuple(_nudged(o, self.gen) if isinstance(o, torch.Tensor) else o
+                         for o in out)
+        return out
+
+
 @dataclass(frozen=True)
 class Variant:
-    """One of PyTorch's own ways to run a float32 step: inputs and state moved by about one
-    rounding (`perturb`, a seed), other thread counts (other summation orders in its
-    reductions) and the channels-last layout without oneDNN (other conv and BatchNorm
-    kernels). How far such runs land from the float64 one is how far a correct float32
-    implementation may land: the referee's yardstick."""
+    """One of the ways a correct float32 implementation may compute a step: with `noise` (a
+    seed), inputs, state and every op's result moved by an ulp at random (another rounding
+    everywhere); with other thread counts (other summation orders in PyTorch's reductions);
+    in the channels-last layout without oneDNN (other conv and BatchNorm kernels). How far
+    such runs land from the float64 one is the referee's yardstick."""
 
-    perturb: int | None = None
+    noise: int | None = None
     threads: int = 1
     channels_last: bool = False
 
     def generator(self):
-        return torch.Generator().manual_seed(self.perturb) if self.perturb is not None else None
+        return torch.Generator().manual_seed(self.noise) if self.noise is not None else None
 
     def tensor(self, t: torch.Tensor, gen) -> torch.Tensor:
-        if gen is not None:  # a relative 2^-24 of random sign: about one float32 rounding
-            t = t * (1 + (torch.randint(0, 3, t.shape, generator=gen).to(t.dtype) - 1)
-                     * 2.0 ** -24)
+        if gen is not None:
+            t = _nudged(t, gen)
         if self.channels_last and t.dim() == 4:
             t = t.contiguous(memory_format=torch.channels_last)
         return t
 
     @contextlib.contextmanager
-    def settings(self):
+    def settings(self, gen=None):
         threads = torch.get_num_threads()
         torch.set_num_threads(self.threads)
+        noise = _RoundingNoise(gen) if gen is not None else contextlib.nullcontext()
         try:
             with warnings.catch_warnings():  # oneDNN's note on Intel GPUs, at every switch
                 warnings.simplefilter("ignore", UserWarning)
                 flags = torch.backends.mkldnn.flags(enabled=not self.channels_last)
                 flags.__enter__()
             try:
-                yield
+                with noise:
+                    yield
             finally:
                 flags.__exit__(None, None, None)
         finally:
@@ -140,8 +172,8 @@ class Variant:
 
 
 EXACT = Variant()
-FLOAT32_VARIANTS = (Variant(), Variant(perturb=1, threads=2),
-                    Variant(perturb=2, channels_last=True))
+FLOAT32_VARIANTS = (Variant(), Variant(noise=1, threads=2),
+                    Variant(noise=2, channels_last=True))
 
 
 @dataclass
@@ -202,8 +234,8 @@ class Reference:
         if target.dtype.is_floating_point:
             target = target.to(dtype)
         recorder = DecisionRecorder() if record else contextlib.nullcontext()
-        with variant.settings(), _UbDropout(rng_state) as dropout, _ContiguousGradients(), \
-                recorder:
+        with variant.settings(gen), _UbDropout(rng_state) as dropout, \
+                _ContiguousGradients(), recorder:
             loss = LOSSES[self.loss](m(*xs), target)
             if self.trainable:
                 loss.backward()
@@ -220,6 +252,6 @@ class Reference:
         m, gen = self._instance(state, dtype, variant)
         m.eval()
         recorder = DecisionRecorder() if record else contextlib.nullcontext()
-        with variant.settings(), torch.no_grad(), recorder:
+        with variant.settings(gen), torch.no_grad(), recorder:
             out = m(*self._inputs(xs, dtype, variant, gen))
         return EvalResult(out.double().numpy(), recorder.decisions if record else None)
