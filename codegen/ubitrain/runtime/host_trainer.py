@@ -44,7 +44,10 @@ class _Ctx(ctypes.Structure):
 
 def _ptr(a: np.ndarray):
     # the address alone: data_as() also builds an object that keeps `a` alive, several
-    # microseconds a call; every array passed here outlives the call it is passed to
+    # microseconds a call; every array passed here outlives the call it is passed to.
+    # A writable array's address through the buffer protocol costs a third of a.ctypes.
+    if a.flags.writeable:
+        return ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(a)))
     return ctypes.c_void_p(a.ctypes.data)
 
 
@@ -75,6 +78,8 @@ class HostTrainer(TrainerBase):
         start = (-self._arena_raw.ctypes.data) % align
         self.arena = self._arena_raw[start:start + package.memory_plan.arena_bytes]
         self.ctx = _Ctx()
+        self._loss = np.zeros((), np.float32)  # step() reads each loss from here
+        self._loss_ptr = _ptr(self._loss)
         init = getattr(self.lib, f"ub_{m}_init")
         init.restype = ctypes.c_int32
         self._check(init(ctypes.byref(self.ctx), _ptr(self.arena),
@@ -109,15 +114,15 @@ class HostTrainer(TrainerBase):
         return (ctypes.byref(self.ctx), *[_ptr(x) for x in xs], _ptr(y), _ptr(loss))
 
     def _train_step(self, xs, y):
-        loss = np.zeros((), np.float32)
-        status = self._step(*self._step_args(xs, y, loss))
-        return status, float(loss)
+        status = self._step(ctypes.byref(self.ctx), *[_ptr(x) for x in xs], _ptr(y),
+                            self._loss_ptr)
+        return status, float(self._loss)
 
     def bound_step(self, *batch):
         """A function of no arguments that runs one training step on `batch` (checked and
         converted once, here) and returns the C status: the generated step as a C program's
         loop calls it, without step()'s per-call checks (benchmarks/speed.py times it)."""
-        xs, y = self._batch(batch)
+        xs, y = self._batch(batch, classes=True)
         loss = np.zeros((), np.float32)
         step = functools.partial(self._step, *self._step_args(xs, y, loss))
         # The arguments are bare addresses: keep alive what they point to, the trainer's

@@ -9,6 +9,8 @@ the tensor table (name, kind, dtype, shape, bytes) of `ub_<model>_tensor_info_at
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..errors import InputError, RuntimeStatusError
@@ -31,7 +33,18 @@ STATUS_TEXT = {
 }
 DTYPES = {0: np.float32, 1: np.int64, 2: np.int32, 3: np.int8}
 PARAMETER, BUFFER, OPTIMIZER_STATE = 0, 1, 2
+LABEL_RANGE = -5  # UB_ERR_LABEL_RANGE
 BATCH_HINT = "the batch size is fixed at compile time: recompile for another one"
+
+
+@functools.lru_cache(maxsize=None)
+def _safe_cast(have: np.dtype, want: np.dtype) -> bool:
+    return np.can_cast(have, want)
+
+
+@functools.lru_cache(maxsize=None)
+def _iinfo(dtype: np.dtype):
+    return np.iinfo(dtype)
 
 
 class TrainerBase:
@@ -54,13 +67,18 @@ class TrainerBase:
     def _as_array(x, shape, dtype, what, hint: str = "") -> np.ndarray:
         """`x` as a C-contiguous array of the compiled `shape` and `dtype`; an integer array
         whose values the cast would wrap (2**32 + 3 as an int32 is 3) is refused, not cast."""
-        if hasattr(x, "detach"):
-            x = x.detach().cpu().numpy()
-        x = np.asarray(x)
+        if type(x) is not np.ndarray:
+            if hasattr(x, "detach"):  # a torch tensor
+                x = x.detach() if x.requires_grad else x
+                x = (x if x.device.type == "cpu" else x.cpu()).numpy()
+            else:
+                x = np.asarray(x)
         want = np.dtype(dtype)
-        if tuple(x.shape) != tuple(shape):
+        if x.shape != tuple(shape):
             raise InputError(f"{what} has shape {list(x.shape)}; it must be {list(shape)}"
                              + (f" ({hint})" if hint else ""))
+        if x.dtype == want:
+            return x if x.flags.c_contiguous else np.ascontiguousarray(x)
         if want.kind == "f" and x.dtype.kind != "f":
             raise InputError(f"{what} has dtype {x.dtype}; it must be a float array "
                              f"({want.name})")
@@ -68,32 +86,53 @@ class TrainerBase:
             if x.dtype.kind not in "iu":
                 raise InputError(f"{what} has dtype {x.dtype}; it must be an integer array "
                                  f"({want.name})")
-            if x.size and x.dtype != want and not np.can_cast(x.dtype, want):
-                info, low, high = np.iinfo(want), x.min(), x.max()
+            if x.size and not _safe_cast(x.dtype, want):
+                info, low, high = _iinfo(want), x.min(), x.max()
                 if low < info.min or high > info.max:
                     raise InputError(f"{what} holds values from {low} to {high}, outside "
                                      f"{want.name}'s range [{info.min}, {info.max}]")
         return np.ascontiguousarray(x, dtype=want)
 
-    def _batch(self, batch) -> tuple[list[np.ndarray], np.ndarray]:
-        """`(x..., y)` checked against the compiled shapes, dtypes and class count."""
+    def _batch(self, batch, classes: bool = False) -> tuple[list[np.ndarray], np.ndarray]:
+        """`(x..., y)` checked against the compiled shapes and dtypes, and with `classes`
+        against the class count (which the C step checks on its own, UB_ERR_LABEL_RANGE)."""
         if len(batch) < 2:
             raise InputError("step() takes the input batch and the labels: step(x, y)")
         xs = self._inputs(batch[:-1])
         labels_spec = self.package.labels
         y = self._as_array(batch[-1], labels_spec.shape, labels_spec.dtype, "labels",
                            BATCH_HINT)
-        classes = self.package.classes
+        classes = self.package.classes if classes else None
         if classes is not None and (y.min() < 0 or y.max() >= classes):
             raise InputError(f"labels must be class indices in [0, {classes}); got values "
                              f"from {y.min()} to {y.max()}")
         return xs, y
 
     # ---- the public interface ---------------------------------------------------------------
+    def _ready(self, batch):
+        """`(xs, y)` as they are when every array of `batch` is a C-contiguous numpy array of
+        the compiled shape and dtype, else None. The C checks the class labels itself
+        (UB_ERR_LABEL_RANGE), so a batch in the compiled layout needs no other check."""
+        specs = self._layout
+        if len(batch) != len(specs):
+            return None
+        for a, (shape, dtype) in zip(batch, specs):
+            if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or \
+                    not a.flags.c_contiguous:
+                return None
+        return batch[:-1], batch[-1]
+
+    @functools.cached_property
+    def _layout(self) -> list[tuple]:
+        return [(tuple(s.shape), np.dtype(s.dtype))
+                for s in [*self.package.inputs, self.package.labels]]
+
     def step(self, *batch) -> float:
         """`trainer.step(x, y)`: one training step; returns the loss."""
-        xs, y = self._batch(batch)
+        xs, y = self._ready(batch) or self._batch(batch)
         status, loss = self._train_step(xs, y)
+        if status == LABEL_RANGE:
+            self._batch(batch, classes=True)  # says which labels are out of range
         self._check(status, "train_step")
         return float(loss)
 
