@@ -9,13 +9,16 @@ import ubitrain as ub
 from ubitrain.fidelity.real_models import batches, real_model
 from ubitrain.fidelity.referee import judge
 
-CASES = [("lenet5", 1), ("lenet5", 8), ("ds_cnn_kws", 4), ("mobilenet_v2", 4)]
+# (model, batch, one sample's shape: None for the model's own; smaller keeps CI short)
+CASES = [("lenet5", 1, None), ("lenet5", 8, None), ("ds_cnn_kws", 4, None),
+         ("mobilenet_v2", 2, (3, 48, 48))]
 
 
-@pytest.mark.parametrize("name,batch", CASES, ids=[f"{n}-b{b}" for n, b in CASES])
-def test_real_model_trains_like_pytorch(name, batch, tmp_path):
+@pytest.mark.parametrize("name,batch,sample", CASES, ids=[f"{n}-b{b}" for n, b, _ in CASES])
+def test_real_model_trains_like_pytorch(name, batch, sample, tmp_path):
     torch.set_num_threads(1)
     model = real_model(name)
     torch.manual_seed(0)
-    verdict = judge(model.make(), batches(model, batch), ub.SGD(**model.optimizer), tmp_path)
+    verdict = judge(model.make(), batches(model, batch, sample=sample),
+                    ub.SGD(**model.optimizer), tmp_path)
     assert verdict.status == "match", verdict.summary()

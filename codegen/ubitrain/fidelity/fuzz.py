@@ -79,7 +79,7 @@ def draw_case(seed: int) -> Case:
 @dataclass
 class Outcome:
     seed: int
-    status: str  # match, mismatch, near kink, unsupported, internal error
+    status: str  # match, mismatch, near kink, diverges, unsupported, internal error
     detail: str = ""
     seconds: float = 0.0
     draw: int = 0  # the data draw the case ran on (Case.batches)
@@ -129,9 +129,11 @@ def _run(case: Case, tmp: Path) -> Outcome:
             bad.append(f"passes off ({', '.join(case.disabled)}) change the step: {differ}")
     if bad:
         return Outcome(case.seed, "mismatch", "\n".join(bad), draw=draw, verdicts=verdicts)
-    if any(v.status == "near kink" for v in verdicts.values()):
-        return Outcome(case.seed, "near kink", "\n".join(
-            f"{k}: {v.summary()}" for k, v in verdicts.items()), draw=draw, verdicts=verdicts)
+    for status in ("diverges", "near kink"):  # not judged: PyTorch's loss is not finite,
+        if any(v.status == status for v in verdicts.values()):  # or data sat at a kink
+            return Outcome(case.seed, status, "\n".join(
+                f"{k}: {v.summary()}" for k, v in verdicts.items()), draw=draw,
+                verdicts=verdicts)
     return Outcome(case.seed, "match", draw=draw, verdicts=verdicts)
 
 

@@ -102,7 +102,9 @@ def real_model(name: str) -> RealModel:
     raise KeyError(f"no real model {name!r}; known: {', '.join(m.name for m in REAL_MODELS)}")
 
 
-def batches(model: RealModel, batch: int, steps: int = 3, seed: int = 0):
+def batches(model: RealModel, batch: int, steps: int = 3, seed: int = 0, sample=None):
+    """`steps` batches of random inputs (one sample shaped `sample`, by default the model's)
+    and labels."""
     gen = torch.Generator().manual_seed(seed)
-    return [(torch.randn((batch, *model.input_shape), generator=gen),
+    return [(torch.randn((batch, *(sample or model.input_shape)), generator=gen),
              torch.randint(0, model.classes, (batch,), generator=gen)) for _ in range(steps)]

@@ -56,7 +56,7 @@ class Check:
 
 @dataclass
 class Verdict:
-    status: str  # "match", "mismatch" or "near kink"
+    status: str  # "match", "mismatch", "near kink" or "diverges" (PyTorch's loss is not finite)
     checks: list[Check] = field(default_factory=list)
     near_kinks: dict[int, list[str]] = field(default_factory=dict)  # step -> ops
     # what the C computed: per step (loss, state, optimizer state), then predict's output
@@ -109,6 +109,8 @@ def referee(trainer, reference: Reference, batches, seed: int = 0) -> Verdict:
     checks, kinks, trajectory = [], {}, []
     for k, batch in enumerate(batches, 1):
         exact = reference.step(state, opt_state, k, batch, rng, torch.float64, record=True)
+        if not np.isfinite(exact.loss):  # PyTorch itself diverges: nothing to compare with
+            return Verdict("diverges", checks, kinks, trajectory)
         rounded = [reference.step(state, opt_state, k, batch, rng, torch.float32, v,
                                   record=(i == 0)) for i, v in enumerate(FLOAT32_VARIANTS)]
         found = near_kinks(exact.decisions, rounded[0].decisions)
