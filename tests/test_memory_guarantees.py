@@ -37,10 +37,13 @@ def _compile(name, batch, out_dir, optimizer=None):
     return pkg, x, y
 
 
-def _arena_slots(call):
-    """The slots of one call in the order the emitter prints their pointers."""
+def _arena_slots(call, line):
+    """The slots of one call in the order the emitter prints their pointers. A kernel's
+    argument that it reads through another one's pointer is printed as NULL: no pointer."""
     if not call.builtin:
-        slots = ([call.scratch] if call.scratch else []) + list(call.args)
+        printed = line[line.index(f"{call.kernel}(") + len(call.kernel) + 1:].split(", ")
+        slots = [s for s, text in zip([call.scratch] + list(call.args), printed)
+                 if s is not None and not text.startswith("NULL")]
     elif call.kernel == "ub_copy":
         slots = [call.args[1], call.args[0]]
     elif call.kernel == "ub_optimizer_coefficients":
@@ -70,7 +73,7 @@ def check_emitted_plan(pkg):
         assert len(lines) == len(prog.calls), prog.name
         buffers = {}  # root slot -> [offset, bytes, first call, last call]
         for i, (call, line) in enumerate(zip(prog.calls, lines)):
-            slots = _arena_slots(call)
+            slots = _arena_slots(call, line)
             offsets = [int(o) for o in POINTER.findall(line)]
             assert len(offsets) == len(slots), line
             for slot, offset in zip(slots, offsets):

@@ -25,6 +25,11 @@ from ..program.micro_batch import BEGIN, END, call_repeats
 # arena, so that each kernel's output can be compared with its PrimFunc. Off for users.
 TRACE_CALLS = False
 TEMPLATES = Path(__file__).parent / "templates"
+# The initial state and the constants of at least BLOB_MIN_BYTES go to weights.bin, which the
+# assembler embeds (UB_EMBED_FILE): C literals of millions of floats took the C compiler
+# longer than the rest of the model together.
+WEIGHTS_FILE = "weights.bin"
+BLOB_MIN_BYTES = 64
 RUNTIME_C = Path(__file__).parent.parent / "runtime_c"  # a link to the top-level runtime_c/
 DTYPE_CODES = {"float32": "UB_F32", "int64": "UB_I64", "int32": "UB_I32", "int8": "UB_I8"}
 KIND_CODES = {"parameter": "UB_PARAMETER", "buffer": "UB_BUFFER",
@@ -142,18 +147,25 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
     (program/frozen_state.py); the tensor table lists them, read-only. `unread`: {kernel:
     argument indices it reads through another argument's pointer}, passed as NULL."""
     frozen = frozen or {}
+    blob = _Blob()
     constants, const_names = [], {}
+
+    def constant(slot, name):
+        """A constant array: a pointer into weights.bin when it is large, else a literal."""
+        const_names[id(slot)] = name
+        entry = dict(name=name, ctype=c_type(slot.dtype), elements=max(slot.value.size, 1))
+        if slot.nbytes >= BLOB_MIN_BYTES:
+            entry["blob"] = blob.add(slot.value)
+        else:
+            entry["data"] = c_array(slot.value)
+        constants.append(entry)
+
     for name in frozen:  # named after the tensor, so that a map file or nm shows them
-        s = state[name]
-        const_names[id(s)] = f"ub_frozen_{s.name}"
-        constants.append(dict(name=const_names[id(s)], ctype=c_type(s.dtype),
-                              elements=max(s.value.size, 1), data=c_array(s.value)))
+        constant(state[name], f"ub_frozen_{state[name].name}")
     for prog in (train, predict):
         for s in prog.slots():
             if s.kind == "constant" and s.view_of is None and id(s) not in const_names:
-                const_names[id(s)] = f"ub_const_{len(constants)}"
-                constants.append(dict(name=const_names[id(s)], ctype=c_type(s.dtype),
-                                      elements=max(s.value.size, 1), data=c_array(s.value)))
+                constant(s, f"ub_const_{len(constants)}")
     externals = {id(x): x.name for x in inputs}
     externals[id(labels)] = "labels"
     for prog in (train, predict):
@@ -170,8 +182,8 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
                                        flash=const_names[id(slot)]))
             continue
         tensors.append(_tensor_row(name, slot, plan, slot.kind, name in trained))
-        initial.append(dict(cname=slot.name, ctype=c_type(slot.dtype), elements=slot.value.size,
-                            data=c_array(slot.value), offset=plan.offsets[slot]))
+        initial.append(dict(offset=plan.offsets[slot], blob=blob.add(slot.value),
+                            bytes=slot.nbytes))
     for slots in opt_state.values():
         for slot in slots:
             tensors.append(_tensor_row(slot.label, slot, plan, "optimizer_state", False))
@@ -193,12 +205,14 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
         predict_body=[printer.statement(c) + (f" UB_TRACE(1, {i});" if TRACE_CALLS else "")
                       for i, c in enumerate(predict.calls)],
         trace=TRACE_CALLS,
+        weights_path=str((out_dir / WEIGHTS_FILE).resolve()).replace("\\", "/"),
     )
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / WEIGHTS_FILE).write_bytes(blob.data())
         for template, target in (("model.h.j2", "model.h"), ("model.c.j2", "model.c"),
                                  ("CMakeLists.txt.j2", "CMakeLists.txt"),
                                  ("driver.c.j2", "driver.c")):
@@ -207,6 +221,23 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
     except OSError as err:
         raise CompileError(f"cannot write the C project to out_dir={str(out_dir)!r}: "
                            f"{err.strerror}; pass an out_dir you can write to") from None
+
+
+class _Blob:
+    """weights.bin: arrays back to back, each at a 16-byte aligned offset."""
+
+    def __init__(self):
+        self.parts, self.size = [], 0
+
+    def add(self, values: np.ndarray) -> int:
+        raw = np.ascontiguousarray(values).tobytes()
+        offset = self.size
+        self.parts.append(raw + b"\0" * (-len(raw) % 16))
+        self.size += len(self.parts[-1])
+        return offset
+
+    def data(self) -> bytes:
+        return b"".join(self.parts) or b"\0" * 16  # an empty .incbin has no address
 
 
 def _layout_id(tensors) -> int:
