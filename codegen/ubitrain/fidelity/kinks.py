@@ -106,6 +106,11 @@ DISTANCES = {
 for _cmp in ("gt", "lt", "ge", "le"):
     for _overload in ("Tensor", "Scalar"):
         DISTANCES[getattr(getattr(aten, _cmp), _overload)] = lambda a, out: a[0] - a[1]
+# The in-place forms (nn.ReLU(inplace=True), torchvision's ReLU6): measured on the input
+# before the op overwrites it, so their rules must not read `out`.
+IN_PLACE = {getattr(aten, f"{op}_").default: DISTANCES[getattr(aten, op).default]
+            for op in ("relu", "threshold", "hardtanh", "clamp", "clamp_min", "clamp_max",
+                       "hardswish", "hardsigmoid", "leaky_relu", "elu", "abs")}
 
 
 @dataclass
@@ -124,16 +129,20 @@ class DecisionRecorder(TorchDispatchMode):
         self.decisions = Decisions([], [])
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in IN_PLACE:
+            self._record(func, IN_PLACE[func], args, None)
         out = func(*args, **(kwargs or {}))
-        rule = DISTANCES.get(func)
-        if rule is not None and isinstance(args[0], torch.Tensor) and \
-                args[0].dtype.is_floating_point:
+        if func in DISTANCES:
+            self._record(func, DISTANCES[func], args, out)
+        return out
+
+    def _record(self, func, rule, args, out):
+        if isinstance(args[0], torch.Tensor) and args[0].dtype.is_floating_point:
             with torch.no_grad():
                 d = rule(args, out)
             d = d if isinstance(d, torch.Tensor) else torch.as_tensor(d)
             self.decisions.ops.append(str(func))
             self.decisions.distances.append(d.detach().double().numpy().copy())
-        return out
 
 
 def near_kinks(exact: Decisions, rounded: Decisions) -> list[str]:
