@@ -3,7 +3,7 @@
 TVM's ONNX importer builds an inference graph: Clip becomes already-legalized kernels,
 LayerNorm and GELU become ops with no gradient rule, BatchNormalization and Dropout take
 their inference semantics. For training, ubitrain converts the nodes itself into the same
-differentiable Relax constructs as the PyTorch frontend (the converters of aten_ops.py).
+differentiable Relax constructs as the PyTorch frontend (the converters of frontend/aten/).
 
 Export from PyTorch with `torch.onnx.export(model, args, path, dynamo=False,
 training=torch.onnx.TrainingMode.TRAINING)`: an eval-mode export folds BatchNorm into the
@@ -24,8 +24,17 @@ from tvm import relax
 from tvm.relax import op as R
 
 from ..errors import CompileError, UnsupportedOpError
-from . import aten_ops as A
-from .aten_ops import ConvertContext, shape_of
+from .aten import (
+    ConvertContext,
+    activations,
+    arithmetic,
+    dropout,
+    layout,
+    normalization,
+    pooling,
+    shape_of,
+)
+from .aten.registry import dtype_of
 from .forward import StateTensor, TensorSpec, c_ident, c_name, emit_forward
 
 ONNX_CONVERTERS: dict = {}
@@ -70,9 +79,9 @@ def _binary(fn, np_fn):
         if _static([a, b]):
             return np_fn(a, b)
         if isinstance(a, np.ndarray):
-            a = relax.const(a.astype(A.dtype_of(b)))
+            a = relax.const(a.astype(dtype_of(b)))
         if isinstance(b, np.ndarray):
-            b = relax.const(b.astype(A.dtype_of(a)))
+            b = relax.const(b.astype(dtype_of(a)))
         return ctx.emit(fn(a, b))
     return convert
 
@@ -85,17 +94,17 @@ onnx_op("Div")(_binary(R.divide, lambda a, b: a // b if a.dtype.kind in "iu" els
 
 @onnx_op("Relu")
 def _relu(ctx, x):
-    return A._relu(ctx, None, x)
+    return activations.relu(ctx, None, x)
 
 
 @onnx_op("Sigmoid")
 def _sigmoid(ctx, x):
-    return A._sigmoid(ctx, None, x)
+    return activations.sigmoid(ctx, None, x)
 
 
 @onnx_op("Tanh")
 def _tanh(ctx, x):
-    return A._tanh(ctx, None, x)
+    return activations.tanh(ctx, None, x)
 
 
 @onnx_op("Erf")
@@ -105,12 +114,12 @@ def _erf(ctx, x):
 
 @onnx_op("HardSwish")
 def _hardswish(ctx, x):
-    return A._hardswish(ctx, None, x)
+    return activations.hardswish(ctx, None, x)
 
 
 @onnx_op("Gelu")
 def _gelu(ctx, x, approximate="none"):
-    return A._gelu(ctx, None, x, approximate)
+    return activations.gelu(ctx, None, x, approximate)
 
 
 @onnx_op("Clip")
@@ -125,7 +134,7 @@ def _clip(ctx, x, lo=None, hi=None, min=None, max=None):  # noqa: A002 - ONNX's 
 
 @onnx_op("Neg")
 def _neg(ctx, x):
-    return A._neg(ctx, None, x)
+    return arithmetic.neg(ctx, None, x)
 
 
 @onnx_op("Pow")
@@ -187,16 +196,17 @@ def _conv(ctx, x, w, b=None, strides=None, pads=None, dilations=None, group=1):
 def _batch_norm(ctx, x, w, b, mean, var, epsilon=1e-5, momentum=0.9, training_mode=0):
     # ONNX's momentum keeps the old statistic; PyTorch's weighs the new one.
     if ctx.training and training_mode:
-        y, _, _, new_mean, new_var = A._batch_norm_train(ctx, None, x, w, b, mean, var, True,
-                                                         1.0 - momentum, epsilon)
+        y, _, _, new_mean, new_var = normalization.batch_norm_training(
+            ctx, None, x, w, b, mean, var, True, 1.0 - momentum, epsilon)
         return [y, new_mean, new_var]
-    return [A._batch_norm_eval(ctx, None, x, w, b, mean, var, 1.0 - momentum, epsilon)[0]]
+    return [normalization.batch_norm_eval(ctx, None, x, w, b, mean, var, 1.0 - momentum,
+                                          epsilon)[0]]
 
 
 @onnx_op("LayerNormalization")
 def _layer_norm(ctx, x, w=None, b=None, axis=-1, epsilon=1e-5):
     rank = len(shape_of(x))
-    return A._layer_norm(ctx, None, x, shape_of(x)[axis % rank:], w, b, epsilon)
+    return normalization.layer_norm_op(ctx, None, x, shape_of(x)[axis % rank:], w, b, epsilon)
 
 
 # ---- pooling and reductions -------------------------------------------------------------------
@@ -232,8 +242,8 @@ def _reduce(fn):
     return convert
 
 
-onnx_op("ReduceMean")(_reduce(A._mean))
-onnx_op("ReduceSum")(_reduce(A._sum))
+onnx_op("ReduceMean")(_reduce(pooling.mean))
+onnx_op("ReduceSum")(_reduce(pooling.sum_))
 
 
 # ---- layout and shape arithmetic --------------------------------------------------------------
@@ -241,7 +251,7 @@ onnx_op("ReduceSum")(_reduce(A._sum))
 def _flatten(ctx, x, axis=1):
     shape = shape_of(x)
     axis %= len(shape)
-    return A._reshape_to(ctx, x, [int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))])
+    return layout.reshape_to(ctx, x, [int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))])
 
 
 @onnx_op("Reshape")
@@ -249,7 +259,7 @@ def _reshape(ctx, x, shape):
     shape = [int(s) for s in shape]
     current = shape_of(x)
     shape = [current[i] if s == 0 else s for i, s in enumerate(shape)]  # 0 copies the dim
-    return A._reshape_to(ctx, x, shape)
+    return layout.reshape_to(ctx, x, shape)
 
 
 @onnx_op("Transpose")
@@ -262,7 +272,7 @@ def _transpose(ctx, x, perm=None):
 def _concat(ctx, *tensors, axis=0):
     if _static(tensors):
         return np.concatenate(tensors, axis)
-    return A._cat(ctx, None, list(tensors), axis)
+    return layout.cat(ctx, None, list(tensors), axis)
 
 
 @onnx_op("Unsqueeze")
@@ -274,7 +284,7 @@ def _unsqueeze(ctx, x, axes_input=None, axes=None):
     shape = list(shape_of(x))
     for a in axes:
         shape.insert(a % (len(shape) + 1), 1)
-    return A._reshape_to(ctx, x, shape)
+    return layout.reshape_to(ctx, x, shape)
 
 
 @onnx_op("Squeeze")
@@ -282,7 +292,7 @@ def _squeeze(ctx, x, axes_input=None, axes=None):
     axes = axes_input if axes_input is not None else axes
     if isinstance(x, np.ndarray):
         return np.squeeze(x, tuple(int(a) for a in np.asarray(axes).reshape(-1)))
-    return A._squeeze(ctx, None, x, None if axes is None else
+    return layout.squeeze(ctx, None, x, None if axes is None else
                       [int(a) for a in np.asarray(axes).reshape(-1)])
 
 
@@ -327,7 +337,7 @@ def _identity(ctx, x):
 def _dropout(ctx, x, ratio=None, training_mode=None):
     p = float(ratio) if ratio is not None else 0.5
     train = bool(training_mode) if training_mode is not None else False
-    out, mask = A._native_dropout(ctx, None, x, p, ctx.training and train)
+    out, mask = dropout.native_dropout(ctx, None, x, p, ctx.training and train)
     return [out] if mask is None else [out, mask]
 
 

@@ -16,7 +16,7 @@ import torch
 from tvm import relax
 
 from ..errors import CompileError, UnsupportedOpError
-from .aten_ops import ATEN_CONVERTERS, ConvertContext, supported_op_names
+from .aten import ATEN_CONVERTERS, ConvertContext, supported_op_names
 from .forward import StateTensor, TensorSpec, c_name, emit_forward
 
 

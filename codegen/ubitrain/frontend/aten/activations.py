@@ -1,0 +1,53 @@
+"""Activations. Their gradients: training/gradients.py (PyTorch's choice at each kink)."""
+
+from __future__ import annotations
+
+from tvm.relax import op as R
+
+from .registry import as_expr, aten, converts, unsupported
+
+
+@converts(aten.relu.default)
+def relu(ctx, node, x):
+    return ctx.emit(R.nn.relu(x))
+
+
+@converts(aten.hardtanh.default)
+def _hardtanh(ctx, node, x, min_val=-1.0, max_val=1.0):
+    return ctx.emit(R.clip(x, float(min_val), float(max_val)))
+
+
+@converts(aten.relu6.default)
+def _relu6(ctx, node, x):
+    return ctx.emit(R.clip(x, 0.0, 6.0))
+
+
+@converts(aten.sigmoid.default)
+def sigmoid(ctx, node, x):
+    return ctx.emit(R.sigmoid(x))
+
+
+@converts(aten.tanh.default)
+def tanh(ctx, node, x):
+    return ctx.emit(R.tanh(x))
+
+
+@converts(aten.silu.default)
+def _silu(ctx, node, x):
+    return ctx.emit(R.nn.silu(x))
+
+
+@converts(aten.hardswish.default)
+def hardswish(ctx, node, x):
+    gate = ctx.emit(R.clip(ctx.emit(R.add(x, as_expr(3.0, x))), 0.0, 6.0))
+    return ctx.emit(R.divide(ctx.emit(R.multiply(x, gate)), as_expr(6.0, x)))
+
+
+@converts(aten.gelu.default)
+def gelu(ctx, node, x, approximate="none"):
+    # One op each, so that the backward (training/gradients.py) keeps only x alive.
+    if approximate == "tanh":
+        return ctx.emit(R.nn.gelu_tanh(x))
+    if approximate == "none":
+        return ctx.emit(R.nn.gelu(x))
+    unsupported(ctx, f"GELU approximate={approximate!r}", "use 'none' or 'tanh'")

@@ -1,0 +1,75 @@
+"""The converter table and what every converter shares: the context, shapes, errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from tvm import relax
+
+from ...errors import UnsupportedOpError
+
+aten = torch.ops.aten
+ATEN_CONVERTERS: dict = {}
+
+
+@dataclass
+class ConvertContext:
+    bb: relax.BlockBuilder
+    training: bool
+    where: str = "<top>"
+    dropout_masks: list = field(default_factory=list)  # (mask var, probability)
+
+    def emit(self, expr):
+        return self.bb.emit(expr)
+
+
+def converts(*targets):
+    def register(fn):
+        for t in targets:
+            ATEN_CONVERTERS[t] = fn
+        return fn
+    return register
+
+
+def supported_op_names() -> list[str]:
+    names = set()
+    for t in ATEN_CONVERTERS:
+        packet = getattr(t, "_overloadpacket", None)
+        name = "aten." + str(packet).split(".")[-1] if packet else getattr(t, "__name__", str(t))
+        names.add(name)
+    return sorted(names - {"getitem"})
+
+
+def shape_of(x) -> tuple[int, ...]:
+    return tuple(int(d) for d in x.ty.shape)
+
+
+def dtype_of(x) -> str:
+    return str(x.ty.dtype)
+
+
+def as_expr(value, like):
+    """A Python scalar becomes a Relax constant of the other operand's dtype."""
+    if isinstance(value, relax.Expr):
+        return value
+    return relax.const(value, dtype_of(like))
+
+
+def pair(v, n=2):
+    if isinstance(v, int):
+        return [v] * n
+    v = list(v)
+    return v * n if len(v) == 1 else v
+
+
+def axes(dims, rank):
+    """Reduction axes as PyTorch reads them: None and an empty list both mean all axes."""
+    dims = [dims] if isinstance(dims, int) else dims
+    if not dims:
+        return list(range(rank))
+    return sorted(d % rank for d in dims)
+
+
+def unsupported(ctx, what: str, instead: str):
+    raise UnsupportedOpError(f"{ctx.where}: {what} is not supported; {instead}")
