@@ -10,6 +10,7 @@ The result is a `ForwardGraph` (frontend/forward.py).
 
 from __future__ import annotations
 
+import difflib
 import warnings
 
 import torch
@@ -51,15 +52,23 @@ def _module_path(node) -> str:
 
 
 def check_supported(exported) -> None:
-    """Fail before any lowering, naming every unsupported op and where it is in the module."""
-    problems = []
+    """Fail before any lowering, naming every unsupported op, where it is in the module and
+    the supported ops whose names are closest."""
+    problems = {}
     for node in exported.graph.nodes:
         if node.op == "call_function" and node.target not in ATEN_CONVERTERS:
-            problems.append(f"{_module_path(node)}: {_op_label(node.target)} is not supported")
+            label = _op_label(node.target)
+            problems.setdefault(f"{_module_path(node)}: {label} is not supported", label)
     if problems:
-        raise UnsupportedOpError(
-            "; ".join(problems) + f". Supported ops: {', '.join(supported_op_names())}."
-        )
+        supported = [n.split(".")[-1] for n in supported_op_names()]
+        lines = []
+        for problem, label in problems.items():
+            near = difflib.get_close_matches(label.split(".")[-1 if label.count(".") < 2 else 1],
+                                             supported, n=3)
+            close = ", ".join(f"aten.{n}" for n in near)
+            lines.append(problem + (f" (supported and close: {close})" if near else ""))
+        raise UnsupportedOpError("; ".join(lines) + ". The README's 'What is supported' "
+                                 "lists every supported op.")
 
 
 def _op_label(target) -> str:
