@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -198,6 +199,9 @@ class Reference:
         values = {k: variant.tensor(v.to(dtype), gen) if v.dtype.is_floating_point else v
                   for k, v in values.items()}
         m = m.to(dtype)
+        # the module's own metadata too: some check their version when loading (MNASNet)
+        values = OrderedDict(values)
+        values._metadata = getattr(m.state_dict(), "_metadata", None)
         m.load_state_dict(values)
         if variant.channels_last:
             m = m.to(memory_format=torch.channels_last)
