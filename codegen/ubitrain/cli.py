@@ -169,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_parser(sub, _formatter)
     from .fidelity.campaign import add_fuzz_parser
     add_fuzz_parser(sub, _formatter)
+    from .fleet.cli import add_fleet_parser
+    add_fleet_parser(sub, _formatter)
     return parser
 
 
@@ -527,8 +529,13 @@ def cmd_fuzz(args) -> int:
     return fuzz(args)
 
 
-COMMANDS["build"] = cmd_build
-COMMANDS["fuzz"] = cmd_fuzz
+def cmd_fleet(args) -> int:
+    from .fleet.cli import cmd_fleet as fleet
+
+    return fleet(args)
+
+
+COMMANDS.update(build=cmd_build, fuzz=cmd_fuzz, fleet=cmd_fleet)
 
 if __name__ == "__main__":
     sys.exit(main())

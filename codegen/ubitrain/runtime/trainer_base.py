@@ -160,6 +160,14 @@ class TrainerBase:
         return {t[0]: self._read(i) for i, t in enumerate(self.tensors)
                 if t[1] == OPTIMIZER_STATE}
 
+    def reset_optimizer_state(self) -> None:
+        """Zero every optimizer-state tensor (SGD's momentum buffers): the next step starts
+        as a fresh SGD optimizer's first step would (with dampening 0). A federated client
+        does this at each round."""
+        for i, t in enumerate(self.tensors):
+            if t[1] == OPTIMIZER_STATE:
+                self._check(self._set(i, np.zeros(t[3], t[2])), f"set_tensor({t[0]})")
+
     def load_parameters(self, values: dict) -> None:
         """Every tensor of `values` checked first, then all written: a bad entry leaves the
         trainer as it was."""

@@ -1,0 +1,8 @@
+"""A fleet: federated training of generated C trainers with Flower.
+
+    data.py      the digits split over clients (IID, or Dirichlet non-IID by label)
+    local.py     one client's round: load the global tensors, train in C, return the update
+    apps.py      Flower's ClientApp and ServerApp around them (FedAvg, FedProx, FedAdam)
+    simulate.py  `run_fleet`: the simulation engine on one machine, against central training
+    cli.py       `ubitrain fleet`
+"""

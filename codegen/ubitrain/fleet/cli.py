@@ -1,0 +1,70 @@
+"""`ubitrain fleet`: federated training of generated C trainers, simulated on this machine."""
+
+from __future__ import annotations
+
+FLEET_HELP = """\
+Federated training with Flower's simulation engine: scikit-learn's digits are split over N
+clients (IID, or by label with --non-iid ALPHA); every round the server sends the global
+model to a fraction of them, each trains it for --local-steps steps of the generated C on its
+own shard, and the server merges their updates (--strategy). The global model is evaluated
+and checkpointed after every round; one line a round gives its test accuracy, loss, the bytes
+sent each way and the seconds. The same model trained centrally on as many samples is the
+yardstick. The last line is exactly:
+  fleet: N clients, R rounds, test accuracy A% (centralized C%)"""
+
+FLEET_EPILOG = """\
+examples:
+  ubitrain fleet --clients 20 --rounds 8
+  ubitrain fleet --clients 100 --rounds 5 --fraction-fit 0.2 --non-iid 0.5
+  ubitrain fleet --clients 10 --rounds 5 --sparse --strategy fedadam
+  ubitrain fleet --model mynet.py:factory     a factory of a module for 1x8x8 images, 10 classes"""
+
+
+def add_fleet_parser(sub, formatter):
+    f = sub.add_parser("fleet", help="federated training of generated C trainers (Flower)",
+                       description=FLEET_HELP, epilog=FLEET_EPILOG, formatter_class=formatter)
+    f.add_argument("--clients", type=int, default=20, help="simulated clients (default 20)")
+    f.add_argument("--rounds", type=int, default=8, help="federated rounds (default 8)")
+    f.add_argument("--local-steps", type=int, default=10,
+                   help="local training steps per client and round (default 10)")
+    f.add_argument("--fraction-fit", type=float, default=1.0,
+                   help="fraction of the clients that train each round (default 1)")
+    f.add_argument("--non-iid", type=float, default=None, metavar="ALPHA",
+                   help="split labels by Dirichlet(ALPHA) (small: skewed); default IID")
+    f.add_argument("--strategy", default="fedavg", choices=("fedavg", "fedprox", "fedadam"),
+                   help="Flower strategy (default fedavg)")
+    f.add_argument("--proximal-mu", type=float, default=0.01, help="FedProx's mu")
+    f.add_argument("--sparse", action="store_true",
+                   help="train and send only the biases and the last layer (SparseUpdate)")
+    f.add_argument("--model", default=None, metavar="FILE.py:factory",
+                   help="a factory returning a module for [batch, 1, 8, 8] images and 10 "
+                        "classes (default: the demo's digits CNN)")
+    f.add_argument("--batch", type=int, default=16, help="local batch size (default 16)")
+    f.add_argument("--lr", type=float, default=0.05, help="local SGD learning rate")
+    f.add_argument("--momentum", type=float, default=0.0, help="local SGD momentum (default 0)")
+    f.add_argument("--target", default="host",
+                   help="the clients' target (host; see the README for devices)")
+    f.add_argument("--out-dir", default="build/fleet",
+                   help="trainer, checkpoints and accuracy.png (default build/fleet)")
+    f.add_argument("--seed", type=int, default=0, help="seed of the split, weights, batches")
+    f.add_argument("--no-progress", action="store_true", help="no progress bar")
+    f.add_argument("--verbose", action="store_true", help="Flower's and Ray's log too")
+
+
+def cmd_fleet(args) -> int:
+    from ..errors import UbitrainError
+    from .simulate import run_fleet
+
+    if args.target != "host":
+        raise UbitrainError(f"--target {args.target}: the simulation runs host trainers; "
+                            "devices join through Flower's deployment engine (README, 'A fleet')")
+    model = None
+    if args.model:
+        from ..cli import load_factory
+        model = load_factory(args.model)
+    run_fleet(clients=args.clients, rounds=args.rounds, local_steps=args.local_steps,
+              batch=args.batch, lr=args.lr, momentum=args.momentum, strategy=args.strategy,
+              fraction_fit=args.fraction_fit, non_iid=args.non_iid, sparse=args.sparse,
+              proximal_mu=args.proximal_mu, out_dir=args.out_dir, seed=args.seed,
+              progress=False if args.no_progress else None, model=model, verbose=args.verbose)
+    return 0
