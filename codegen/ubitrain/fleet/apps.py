@@ -54,12 +54,20 @@ _PROCESS_STATE: dict = {}  # per process: the trainer and the shards, built once
 
 
 def trainer_and_shards(setup: FleetSetup):
+    """This process's trainer and the shards, made once: the host library loaded, or (no
+    library) the package's target started under its emulator, behind the same interface."""
     if setup not in _PROCESS_STATE:
-        from ..runtime.host_trainer import HostTrainer
-
         package = pickle.loads(Path(setup.package_file).read_bytes())
+        if setup.library:
+            from ..runtime.host_trainer import HostTrainer
+            trainer = HostTrainer(setup.library, package, seed=setup.seed)
+        else:
+            from ..runtime.target_build import start_trainer
+            from ..targets import get_target
+            trainer = start_trainer(package, get_target(package.target), seed=setup.seed,
+                                    progress=False)
         shards, _ = digits_fleet(setup.clients, setup.non_iid, setup.seed)
-        _PROCESS_STATE[setup] = (HostTrainer(setup.library, package, seed=setup.seed), shards)
+        _PROCESS_STATE[setup] = (trainer, shards)
     return _PROCESS_STATE[setup]
 
 
@@ -71,24 +79,28 @@ def as_record(tensors: dict[str, np.ndarray]) -> ArrayRecord:
     return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in tensors.items()})
 
 
+def client_reply(setup: FleetSetup, msg: Message, context: Context) -> Message:
+    """A client's answer to a training message: its update and its sample count."""
+    client = int(context.node_config["partition-id"])
+    config = msg.content["config"]
+    server_round = int(config["server-round"])
+    if (client, server_round) in setup.faults:
+        raise ClientCrash(f"client {client} crashed in round {server_round}")
+    trainer, shards = trainer_and_shards(setup)
+    x, y = shards[client]
+    update, loss = local_round(trainer, as_numpy(msg.content["arrays"]), x, y, setup.local,
+                               seed=setup.client_seed(client, server_round),
+                               proximal_mu=float(config.get("proximal-mu", 0.0)))
+    metrics = MetricRecord({"num-examples": len(x), "train-loss": loss})
+    return Message(RecordDict({"arrays": as_record(update), "metrics": metrics}), reply_to=msg)
+
+
 def client_app(setup: FleetSetup) -> ClientApp:
     app = ClientApp()
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        client = int(context.node_config["partition-id"])
-        config = msg.content["config"]
-        server_round = int(config["server-round"])
-        if (client, server_round) in setup.faults:
-            raise ClientCrash(f"client {client} crashed in round {server_round}")
-        trainer, shards = trainer_and_shards(setup)
-        x, y = shards[client]
-        update, loss = local_round(trainer, as_numpy(msg.content["arrays"]), x, y, setup.local,
-                                   seed=setup.client_seed(client, server_round),
-                                   proximal_mu=float(config.get("proximal-mu", 0.0)))
-        metrics = MetricRecord({"num-examples": len(x), "train-loss": loss})
-        return Message(RecordDict({"arrays": as_record(update), "metrics": metrics}),
-                       reply_to=msg)
+        return client_reply(setup, msg, context)
 
     return app
 
@@ -143,36 +155,45 @@ def save_checkpoint(directory: Path, server_round: int, tensors: dict[str, np.nd
     os.replace(temp, final)
 
 
+def run_server(plan: ServerPlan, clients: int, grid: Grid) -> None:
+    """The server's rounds: sample, send, merge with the plan's strategy, evaluate and
+    checkpoint the global model after each round. Fills plan.result."""
+    random.seed(plan.seed)  # Flower samples the round's clients with `random`
+    # Flower sizes a round's sample by the nodes connected at that moment: min_train_nodes
+    # keeps the first round from starting with whichever clients came up first
+    strategy = metered(STRATEGIES[plan.strategy])(
+        fraction_train=plan.fraction_fit, fraction_evaluate=0.0,
+        min_train_nodes=max(int(clients * plan.fraction_fit), 1),
+        min_available_nodes=clients, **plan.strategy_args)
+    plan.result["strategy"] = strategy
+    started = [time.perf_counter()]
+
+    def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        tensors = {**plan.initial, **as_numpy(arrays)}
+        save_checkpoint(plan.checkpoint_dir, server_round, tensors)
+        metrics = plan.evaluate(server_round, tensors)
+        now = time.perf_counter()
+        if server_round:
+            metrics.update(seconds=now - started[0], bytes_up=strategy.bytes_up,
+                           bytes_down=strategy.bytes_down, clients=strategy.sampled,
+                           failures=strategy.failures)
+        started[0] = now
+        plan.result.setdefault("rounds", []).append(metrics)
+        if server_round and plan.on_round:
+            plan.on_round(metrics)
+        return MetricRecord({k: float(v) for k, v in metrics.items()})
+
+    final = strategy.start(grid=grid, initial_arrays=as_record(plan.initial),
+                           num_rounds=plan.rounds, evaluate_fn=evaluate,
+                           train_config=ConfigRecord())
+    plan.result["model"] = {**plan.initial, **as_numpy(final.arrays)}
+
+
 def server_app(plan: ServerPlan, clients: int) -> ServerApp:
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        random.seed(plan.seed)  # Flower samples the round's clients with `random`
-        strategy = metered(STRATEGIES[plan.strategy])(
-            fraction_train=plan.fraction_fit, fraction_evaluate=0.0, min_train_nodes=1,
-            min_available_nodes=clients, **plan.strategy_args)
-        plan.result["strategy"] = strategy
-        started = [time.perf_counter()]
-
-        def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-            tensors = {**plan.initial, **as_numpy(arrays)}
-            save_checkpoint(plan.checkpoint_dir, server_round, tensors)
-            metrics = plan.evaluate(server_round, tensors)
-            now = time.perf_counter()
-            if server_round:
-                metrics.update(seconds=now - started[0], bytes_up=strategy.bytes_up,
-                               bytes_down=strategy.bytes_down, clients=strategy.sampled,
-                               failures=strategy.failures)
-            started[0] = now
-            plan.result.setdefault("rounds", []).append(metrics)
-            if server_round and plan.on_round:
-                plan.on_round(metrics)
-            return MetricRecord({k: float(v) for k, v in metrics.items()})
-
-        final = strategy.start(grid=grid, initial_arrays=as_record(plan.initial),
-                               num_rounds=plan.rounds, evaluate_fn=evaluate,
-                               train_config=ConfigRecord())
-        plan.result["model"] = {**plan.initial, **as_numpy(final.arrays)}
+        run_server(plan, clients, grid)
 
     return app

@@ -17,6 +17,7 @@ examples:
   ubitrain fleet --clients 20 --rounds 8
   ubitrain fleet --clients 100 --rounds 5 --fraction-fit 0.2 --non-iid 0.5
   ubitrain fleet --clients 10 --rounds 5 --sparse --strategy fedadam
+  ubitrain fleet --strategy fedprox --momentum 0
   ubitrain fleet --model mynet.py:factory     a factory of a module for 1x8x8 images, 10 classes"""
 
 
@@ -41,7 +42,8 @@ def add_fleet_parser(sub, formatter):
                         "classes (default: the demo's digits CNN)")
     f.add_argument("--batch", type=int, default=16, help="local batch size (default 16)")
     f.add_argument("--lr", type=float, default=0.05, help="local SGD learning rate")
-    f.add_argument("--momentum", type=float, default=0.0, help="local SGD momentum (default 0)")
+    f.add_argument("--momentum", type=float, default=0.9,
+                   help="local SGD momentum (default 0.9; restarted every round)")
     f.add_argument("--target", default="host",
                    help="the clients' target (host; see the README for devices)")
     f.add_argument("--out-dir", default="build/fleet",

@@ -4,6 +4,7 @@ and the same model trained centrally on the same number of samples, for comparis
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import time
 from pathlib import Path
@@ -28,6 +29,14 @@ def cross_entropy(logits: np.ndarray, y: np.ndarray) -> float:
     return float(-log_p[np.arange(len(y)), y].mean())
 
 
+def test_metrics(trainer, x_test, y_test, tensors=None) -> dict:
+    """Test accuracy and loss of `trainer`, after loading `tensors` if given."""
+    if tensors is not None:
+        trainer.load_parameters(tensors)
+    logits = predict_padded(trainer.predict, x_test, trainer.package.inputs[0].shape[0])
+    return {"accuracy": accuracy(logits, y_test), "loss": cross_entropy(logits, y_test)}
+
+
 def _check(rounds, local_steps, fraction_fit, strategy, momentum):
     if rounds < 1 or local_steps < 1:
         raise UbitrainError(f"--rounds {rounds} --local-steps {local_steps}: give at least one "
@@ -47,7 +56,7 @@ def clients_per_round(clients: int, fraction_fit: float) -> int:
 
 
 def run_fleet(clients: int = 20, rounds: int = 8, local_steps: int = 10, batch: int = 16,
-              lr: float = 0.05, momentum: float = 0.0, strategy: str = "fedavg",
+              lr: float = 0.05, momentum: float = 0.9, strategy: str = "fedavg",
               fraction_fit: float = 1.0, non_iid: float | None = None, sparse: bool = False,
               proximal_mu: float = 0.01, out_dir="build/fleet", seed: int = 0,
               progress: bool | None = None, log=print, faults=(), verbose: bool = False,
@@ -78,10 +87,7 @@ def run_fleet(clients: int = 20, rounds: int = 8, local_steps: int = 10, batch: 
                        LocalTraining(local_steps, batch, lr), frozenset(faults))
 
     def evaluate(trainer, tensors=None):
-        if tensors is not None:
-            trainer.load_parameters(tensors)
-        logits = predict_padded(trainer.predict, x_test, batch)
-        return {"accuracy": accuracy(logits, y_test), "loss": cross_entropy(logits, y_test)}
+        return test_metrics(trainer, x_test, y_test, tensors)
 
     split = "IID" if non_iid is None else f"Dirichlet alpha {non_iid}"
     sizes = [len(s[1]) for s in shards]
@@ -107,8 +113,9 @@ def run_fleet(clients: int = 20, rounds: int = 8, local_steps: int = 10, batch: 
                       strategy_args={"proximal_mu": proximal_mu} if strategy == "fedprox"
                       else {"eta": 0.01} if strategy == "fedadam" else {},
                       seed=seed, on_round=printed)
-    if not verbose:
-        logging.getLogger("flwr").setLevel(logging.WARNING)
+    if not verbose:  # Flower's deprecation notes and Ray's tips, not ours to act on
+        logging.getLogger("flwr").setLevel(logging.ERROR)
+        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     run_simulation(server_app(plan, clients), client_app(setup), num_supernodes=clients,
                    backend_config={"client_resources": {"num_cpus": 1},
                                    "init_args": {"logging_level": logging.ERROR,
