@@ -15,6 +15,7 @@ import pytest
 import torch
 from op_harness import reference_dropout, rel_err, run_op
 from torch import nn
+from torch.nn import functional as F
 
 import ubitrain as ub
 from ubitrain.fidelity.dropout import dropout_masks
@@ -282,6 +283,40 @@ AVGPOOL = {
 def test_avg_pool2d(case, tmp_path):
     kwargs, shape = AVGPOOL[case]
     check(nn.AvgPool2d(**kwargs), (randn(*shape),), tmp_path)
+
+
+POOL1D = {
+    # name: (module, input); lengths chosen so that windows overlap, leave elements
+    # uncovered, or (ceil_mode) end in a partial last window.
+    "max_k2": (nn.MaxPool1d(2), randn(2, 3, 9)),
+    "max_k3_s2_p1": (nn.MaxPool1d(3, 2, 1), randn(2, 2, 10)),
+    "max_k3_s2_uncovered": (nn.MaxPool1d(3, 2), randn(2, 2, 8)),
+    "max_ceil_k2_s2": (nn.MaxPool1d(2, ceil_mode=True), randn(2, 2, 7)),
+    "max_ceil_k3_s2_p1": (nn.MaxPool1d(3, 2, 1, ceil_mode=True), randn(2, 2, 8)),
+    "max_ceil_k2_s3_p1_dropped": (nn.MaxPool1d(2, 3, 1, ceil_mode=True), randn(2, 2, 5)),
+    "max_ties_k3_s1": (nn.MaxPool1d(3, 1), randint(-1, 2, 2, 2, 9, seed=10)),
+    "max_ties_k3_s2_p1": (nn.MaxPool1d(3, 2, 1), randint(-1, 2, 2, 2, 9, seed=11)),
+    "max_ties_dilation2": (nn.MaxPool1d(2, 1, 1, dilation=2), randint(-1, 2, 2, 2, 8, seed=12)),
+    "max_unbatched": (nn.MaxPool1d(3, 2), randn(3, 9)),
+    "max_functional": (Fn(lambda x: F.max_pool1d(x, 2, 1, 1)), randn(2, 2, 6)),
+    "avg_k2": (nn.AvgPool1d(2), randn(2, 3, 9)),
+    "avg_k3_s2_p1_include_pad": (nn.AvgPool1d(3, 2, 1), randn(2, 2, 10)),
+    "avg_k3_s2_p1_exclude_pad": (nn.AvgPool1d(3, 2, 1, count_include_pad=False),
+                                 randn(2, 2, 10)),
+    "avg_ceil_k3_s2_p1_include_pad": (nn.AvgPool1d(3, 2, 1, ceil_mode=True), randn(2, 2, 8)),
+    "avg_ceil_k3_s2_p1_exclude_pad": (nn.AvgPool1d(3, 2, 1, ceil_mode=True,
+                                                   count_include_pad=False), randn(2, 2, 8)),
+    "avg_ceil_k2_s3_p1_dropped": (nn.AvgPool1d(2, 3, 1, ceil_mode=True), randn(2, 2, 5)),
+    "avg_unbatched": (nn.AvgPool1d(2, 1), randn(3, 7)),
+    "avg_functional": (Fn(lambda x: F.avg_pool1d(x, 3, 1, 1, count_include_pad=False)),
+                       randn(2, 2, 6)),
+}
+
+
+@pytest.mark.parametrize("case", list(POOL1D))
+def test_pool1d(case, tmp_path):
+    module, x = POOL1D[case]
+    check(module, (x,), tmp_path)
 
 
 def test_adaptive_avg_pool2d(tmp_path):

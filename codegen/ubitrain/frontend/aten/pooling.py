@@ -24,6 +24,35 @@ def _avg_pool2d(ctx, node, x, kernel, stride=(), padding=0, ceil_mode=False,
                                     ceil_mode=ceil_mode, count_include_pad=count_include_pad))
 
 
+def _pool1d(ctx, x, pool2d):
+    """A 1-D pool is a 2-D pool over a height of one (as Conv1d is a Conv2d): [N, C, L], or
+    an unbatched [C, L], as [N, C, 1, L]. Its gradient is then the 2-D pool's."""
+    shape = shape_of(x)
+    lead = (1,) * (3 - len(shape)) + shape[:-1]
+    y = ctx.emit(pool2d(ctx.emit(R.reshape(x, (*lead, 1, shape[-1])))))
+    return ctx.emit(R.reshape(y, (*shape[:-1], shape_of(y)[-1])))
+
+
+def _one(v) -> int:
+    return pair(v, 1)[0]
+
+
+@converts(aten.max_pool1d.default)
+def _max_pool1d(ctx, node, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    k, s, p, d = _one(kernel), _one(stride or kernel), _one(padding), _one(dilation)
+    return _pool1d(ctx, x, lambda x4: R.nn.max_pool2d(x4, [1, k], [1, s], [0, p, 0, p], [1, d],
+                                                     ceil_mode=ceil_mode))
+
+
+@converts(aten.avg_pool1d.default)
+def _avg_pool1d(ctx, node, x, kernel, stride=(), padding=0, ceil_mode=False,
+                count_include_pad=True):
+    k, s, p = _one(kernel), _one(stride or kernel), _one(padding)
+    return _pool1d(ctx, x, lambda x4: R.nn.avg_pool2d(x4, [1, k], [1, s], [0, p, 0, p],
+                                                     ceil_mode=ceil_mode,
+                                                     count_include_pad=count_include_pad))
+
+
 @converts(aten.adaptive_avg_pool2d.default)
 def _adaptive_avg_pool2d(ctx, node, x, output_size):
     if tuple(pair(output_size)) != (1, 1):
