@@ -19,6 +19,7 @@ from torch.nn import functional as F
 
 import ubitrain as ub
 from ubitrain.fidelity.dropout import dropout_masks
+from ubitrain.frontend.aten.pooling import _even_windows
 
 
 def randn(*shape, seed=0, scale=1.0):
@@ -319,8 +320,68 @@ def test_pool1d(case, tmp_path):
     check(module, (x,), tmp_path)
 
 
-def test_adaptive_avg_pool2d(tmp_path):
-    check(nn.AdaptiveAvgPool2d(1), (randn(2, 3, 5, 6),), tmp_path)
+ADAPTIVE = {
+    # name: (output size, input shape). PyTorch's windows [floor(i * H / OH),
+    # ceil((i + 1) * H / OH)) are even where OH divides H, and sometimes otherwise (7 -> 3:
+    # kernel 3, stride 2): a plain pool. Else they differ in size or spacing (and overlap), or
+    # repeat rows where OH > H: ubitrain's adaptive kernels.
+    "global": (1, (2, 3, 5, 6)),
+    "divisible_6x4_to_3x2": ((3, 2), (2, 2, 6, 4)),
+    "even_7_to_3": (3, (2, 2, 7, 7)),
+    "uneven_6_to_4": (4, (2, 2, 6, 6)),
+    "uneven_5x6_to_2x4": ((2, 4), (2, 2, 5, 6)),
+    "repeat_1_to_3": (3, (2, 2, 1, 1)),
+    "repeat_2x5_to_3x7": ((3, 7), (2, 2, 2, 5)),
+    "none_keeps_height": ((None, 3), (2, 2, 4, 7)),
+    "none_uneven": ((None, 4), (2, 2, 3, 6)),
+    "unbatched_uneven_5_to_3": (3, (2, 5, 5)),
+}
+ADAPTIVE_1D = {
+    "divisible_8_to_4": (4, (2, 3, 8)),
+    "even_7_to_3": (3, (2, 2, 7)),
+    "uneven_10_to_4": (4, (2, 2, 10)),
+    "repeat_2_to_5": (5, (2, 2, 2)),
+    "unbatched_6_to_4": (4, (3, 6)),
+}
+
+
+@pytest.mark.parametrize("case", list(ADAPTIVE))
+@pytest.mark.parametrize("cls", [nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d], ids=["avg", "max"])
+def test_adaptive_pool2d(cls, case, tmp_path):
+    out, shape = ADAPTIVE[case]
+    check(cls(out), (randn(*shape),), tmp_path)
+
+
+@pytest.mark.parametrize("case", list(ADAPTIVE_1D))
+@pytest.mark.parametrize("cls", [nn.AdaptiveAvgPool1d, nn.AdaptiveMaxPool1d], ids=["avg", "max"])
+def test_adaptive_pool1d(cls, case, tmp_path):
+    out, shape = ADAPTIVE_1D[case]
+    check(cls(out), (randn(*shape),), tmp_path)
+
+
+@pytest.mark.parametrize("out,shape,seed", [(3, (2, 2, 7, 7), 13), ((2, 4), (2, 2, 5, 6), 14),
+                                            (2, (2, 2, 4, 4), 15), ((4, 3), (2, 2, 6, 5), 16)],
+                         ids=["even_7_to_3", "uneven_5x6_to_2x4", "divisible", "uneven_6x5_to_4x3"])
+def test_adaptive_max_pool2d_ties(out, shape, seed, tmp_path):
+    """Integer inputs: windows hold several equal maxima; PyTorch gives each window's
+    gradient to the first in scan order, and overlapping windows may pick the same one."""
+    check(nn.AdaptiveMaxPool2d(out), (randint(-1, 2, *shape, seed=seed),), tmp_path)
+
+
+def test_adaptive_max_pool1d_ties(tmp_path):
+    check(nn.AdaptiveMaxPool1d(4), (randint(0, 2, 2, 2, 10, seed=17),), tmp_path)
+
+
+def test_adaptive_even_windows_are_plain_pools():
+    """Where the frontend lowers an adaptive pool to a plain one, PyTorch agrees."""
+    for size in range(1, 17):
+        for out in range(1, 17):
+            even = _even_windows(size, out)
+            if even is None:
+                continue
+            x = randn(1, 2, size, seed=size * 17 + out).double()
+            torch.testing.assert_close(F.avg_pool1d(x, *even), F.adaptive_avg_pool1d(x, out))
+            torch.testing.assert_close(F.max_pool1d(x, *even), F.adaptive_max_pool1d(x, out))
 
 
 @pytest.mark.parametrize("fn", [
@@ -452,3 +513,13 @@ def test_harness_detects_a_wrong_gradient(tmp_path):
     res.want["grad:d_in0"] = res.want["grad:d_in0"] * (1 + 2e-4)
     with pytest.raises(AssertionError):
         res.check()
+
+
+def test_adaptive_max_pool_indices_are_a_clear_error(tmp_path):
+    class WithIndices(nn.Module):
+        def forward(self, x):
+            y, idx = F.adaptive_max_pool2d(x, 3, return_indices=True)
+            return torch.where(idx > 4, y, -y)
+
+    with pytest.raises(ub.UnsupportedOpError, match="return_indices"):
+        run_op(WithIndices(), (randn(2, 2, 6, 6),), tmp_path)
