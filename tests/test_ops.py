@@ -368,6 +368,21 @@ def test_adaptive_max_pool2d_ties(out, shape, seed, tmp_path):
     check(nn.AdaptiveMaxPool2d(out), (randint(-1, 2, *shape, seed=seed),), tmp_path)
 
 
+@pytest.mark.parametrize("act,pool", [
+    (nn.ReLU(), nn.AdaptiveMaxPool2d((4, 3))), (nn.ReLU(), nn.AdaptiveAvgPool2d((4, 3))),
+    (nn.Tanh(), nn.AdaptiveAvgPool2d((4, 3))), (nn.ReLU(), nn.MaxPool1d(2)),
+    (nn.Tanh(), nn.AvgPool1d(2, 3)),
+], ids=["relu_adaptive_max", "relu_adaptive_avg", "tanh_adaptive_avg", "relu_max1d",
+        "tanh_avg1d_stride_past_kernel"])
+def test_pool_after_activation(act, pool, tmp_path):
+    """The pool's gradient feeds the activation's (which may join its kernel): the gradient
+    w.r.t. the activation's input, ReLU's zeros and all-zero max windows included."""
+    shape = (2, 2, 6, 5) if isinstance(pool, (nn.AdaptiveMaxPool2d, nn.AdaptiveAvgPool2d)) \
+        else (2, 2, 9)
+    x = randn(*shape, seed=18) - 0.5
+    check(Probed(act, pool, shape), (x,), tmp_path)
+
+
 def test_adaptive_max_pool1d_ties(tmp_path):
     check(nn.AdaptiveMaxPool1d(4), (randint(0, 2, 2, 2, 10, seed=17),), tmp_path)
 
