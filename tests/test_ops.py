@@ -383,6 +383,13 @@ def test_pool_after_activation(act, pool, tmp_path):
     check(Probed(act, pool, shape), (x,), tmp_path)
 
 
+@pytest.mark.parametrize("pool", [nn.AdaptiveMaxPool2d((4, 3)), nn.AdaptiveAvgPool2d((4, 3))],
+                         ids=["max", "avg"])
+def test_activation_after_adaptive_pool(pool, tmp_path):
+    """The ReLU after the pool joins the pool's kernel in the forward pass."""
+    check(nn.Sequential(pool, nn.ReLU()), (randn(2, 2, 6, 5, seed=19),), tmp_path)
+
+
 def test_adaptive_max_pool1d_ties(tmp_path):
     check(nn.AdaptiveMaxPool1d(4), (randint(0, 2, 2, 2, 10, seed=17),), tmp_path)
 
