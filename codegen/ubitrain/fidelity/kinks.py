@@ -56,6 +56,19 @@ def _window_gaps(x, kernel, stride, padding, dilation, out_hw):
     return gap.nan_to_num(posinf=float("inf")).reshape(n, c, oh, ow)
 
 
+def _adaptive_window_gaps(x, out_hw):
+    """`_window_gaps` for an adaptive max pool: window (i, j) covers rows
+    [floor(i * H / OH), ceil((i + 1) * H / OH)), likewise columns."""
+    x = x if x.dim() == 4 else x.unsqueeze(0)
+    (h, w), (oh, ow) = x.shape[-2:], out_hw
+    gaps = torch.empty(*x.shape[:2], oh, ow, dtype=x.dtype)
+    for i in range(oh):
+        for j in range(ow):
+            window = x[..., i * h // oh:-(-(i + 1) * h // oh), j * w // ow:-(-(j + 1) * w // ow)]
+            gaps[..., i, j] = _top2_gap(window, [2, 3])
+    return gaps
+
+
 def _top2_gap(x, dims, keepdim=False):
     dims = [d % x.dim() for d in ([dims] if isinstance(dims, int) else dims)] or \
         list(range(x.dim()))
@@ -99,6 +112,8 @@ DISTANCES = {
     aten.max_pool2d_with_indices.default: lambda a, out: _window_gaps(
         a[0] if a[0].dim() == 4 else a[0].unsqueeze(0), a[1], a[2] if len(a) > 2 else (),
         a[3] if len(a) > 3 else 0, a[4] if len(a) > 4 else 1, out[0].shape[-2:]),
+    aten.adaptive_max_pool2d.default: lambda a, out: _adaptive_window_gaps(a[0],
+                                                                            out[0].shape[-2:]),
     aten.max.dim: lambda a, out: _top2_gap(a[0], a[1]),
     aten.amax.default: lambda a, out: _top2_gap(a[0], a[1] if len(a) > 1 else []),
     aten.max.default: lambda a, out: _top2_gap(a[0], []),

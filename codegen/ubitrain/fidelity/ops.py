@@ -163,8 +163,8 @@ def _dropout():
 
 
 # ---- pooling ---------------------------------------------------------------------------------
-def _pool_sample(rng, shapes, avg):
-    if len(shapes[0]) != 4:
+def _pool_sample(rng, shapes, avg, rank=4):
+    if len(shapes[0]) != rank:
         return None
     k = rng.choice([1, 2, 2, 3])
     s = rng.choice([None, 1, 2, 3])
@@ -176,8 +176,10 @@ def _pool_sample(rng, shapes, avg):
     return a
 
 
-def _pool_infer(shapes, a):
+def _pool_infer(shapes, a, rank=4):
     shape = shapes[0]
+    if len(shape) != rank:  # F.max_pool2d would read a 3-D input as unbatched [C, H, W]
+        return None
     k, s, p, d = a["k"], a["s"] or a["k"], a["p"], a.get("d", 1)
     sizes = [_out(n, k, s, p, d, a["ceil"]) for n in shape[2:]]
     if any(n is None or n < 1 for n in sizes):
@@ -204,10 +206,69 @@ def _avg_pool2d():
     return lambda rng, shapes: _pool_sample(rng, shapes, True), _pool_infer, call
 
 
+@op("max_pool1d")
+def _max_pool1d():
+    def call(xs, a, name):
+        return (f"F.max_pool1d({xs[0]}, {a['k']}, stride={a['s']}, padding={a['p']}, "
+                f"dilation={a['d']}, ceil_mode={a['ceil']})")
+    return (lambda rng, shapes: _pool_sample(rng, shapes, False, rank=3),
+            lambda shapes, a: _pool_infer(shapes, a, rank=3), call)
+
+
+@op("avg_pool1d")
+def _avg_pool1d():
+    def call(xs, a, name):
+        return (f"F.avg_pool1d({xs[0]}, {a['k']}, stride={a['s']}, padding={a['p']}, "
+                f"ceil_mode={a['ceil']}, count_include_pad={a['count_include_pad']})")
+    return (lambda rng, shapes: _pool_sample(rng, shapes, True, rank=3),
+            lambda shapes, a: _pool_infer(shapes, a, rank=3), call)
+
+
+def _adaptive_sample(rng, shapes):
+    """An output size per spatial axis: a divisor of the input's (even windows), any other
+    size up to one past it (uneven, overlapping or repeated windows), or None (keep it)."""
+    rank = len(shapes[0])
+    if rank not in (3, 4):
+        return None
+    out = []
+    for size in shapes[0][2:]:
+        kind = rng.choice(["divisor", "any", "any"] + (["none"] if rank == 4 else []))
+        if kind == "divisor":
+            out.append(rng.choice([d for d in range(1, size + 1) if size % d == 0]))
+        else:
+            out.append(None if kind == "none" else rng.randint(1, size + 1))
+    return dict(out=out)
+
+
+def _adaptive_infer(shapes, a):
+    shape = shapes[0]
+    if len(shape) != 2 + len(a["out"]):
+        return None
+    return (*shape[:2], *(n if o is None else o for n, o in zip(shape[2:], a["out"])))
+
+
+def _adaptive_call(fn):
+    def call(xs, a, name):
+        dims = len(a["out"])
+        out = a["out"][0] if dims == 1 else tuple(a["out"])
+        return f"F.adaptive_{fn}_pool{dims}d({xs[0]}, {out})"
+    return call
+
+
+@op("adaptive_avg_pool")
+def _adaptive_avg_pool():
+    return _adaptive_sample, _adaptive_infer, _adaptive_call("avg")
+
+
+@op("adaptive_max_pool")
+def _adaptive_max_pool():
+    return _adaptive_sample, _adaptive_infer, _adaptive_call("max")
+
+
 @op("global_avg_pool")
 def _global_avg_pool():
     return (lambda rng, shapes: {} if len(shapes[0]) == 4 else None,
-            lambda shapes, a: (*shapes[0][:2], 1, 1),
+            lambda shapes, a: (*shapes[0][:2], 1, 1) if len(shapes[0]) == 4 else None,
             lambda xs, a, name: f"F.adaptive_avg_pool2d({xs[0]}, 1)")
 
 

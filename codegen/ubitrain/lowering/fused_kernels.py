@@ -15,6 +15,7 @@ from tvm import relax
 from ..errors import CompileError
 from ..kernels.microkernels.tagging import tag
 from ..training.fused_ops import fused_op_of
+from . import adaptive_pool_kernels as adaptive
 from .batch_norm_kernels import batch_norm_apply, batch_norm_stats, batch_norm_train_backward
 from .cross_entropy_kernels import softmax_cross_entropy, softmax_cross_entropy_backward
 from .layer_norm_kernels import layer_norm, layer_norm_backward
@@ -49,7 +50,9 @@ FUSED_KERNELS = {
     "batch_norm_train": _batch_norm_train,
     "batch_norm_train_backward": _one_kernel(batch_norm_train_backward, tagged=True),
     **{f.__name__: _one_kernel(f) for f in (
-        layer_norm, layer_norm_backward, softmax_cross_entropy, softmax_cross_entropy_backward)},
+        layer_norm, layer_norm_backward, softmax_cross_entropy, softmax_cross_entropy_backward,
+        adaptive.adaptive_avg_pool2d, adaptive.adaptive_avg_pool2d_backward,
+        adaptive.adaptive_max_pool2d, adaptive.adaptive_max_pool2d_backward)},
 }
 
 
