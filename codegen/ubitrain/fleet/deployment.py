@@ -108,12 +108,12 @@ def run_deployment(clients: int = 3, rounds: int = 2, local_steps: int = 5, batc
     app.mkdir(exist_ok=True)
     (app / "pyproject.toml").write_text(APP_TOML.format(
         config="\n".join(f"{k} = {_toml_value(v)}" for k, v in config.items())))
-    fleet_port, control_port = _free_port(), _free_port()
+    port = _free_port()  # the SuperLink's one HTTP port: Fleet, Control and Runtime APIs
     home = out_dir / "flwr-home"
     home.mkdir(exist_ok=True)
     (home / "config.toml").write_text(
         f'[superlink]\ndefault = "fleet"\n\n[superlink.fleet]\n'
-        f'address = "127.0.0.1:{control_port}"\ninsecure = true\n')
+        f'address = "127.0.0.1:{port}"\ninsecure = true\n')
     env = {**os.environ, "FLWR_HOME": str(home)}
     logs = out_dir / "logs"
     logs.mkdir(exist_ok=True)
@@ -127,21 +127,17 @@ def run_deployment(clients: int = 3, rounds: int = 2, local_steps: int = 5, batc
             stack.callback(_stop, process)
             return process
 
-        start("superlink", ["flower-superlink", "--insecure",
-                            "--fleet-api-address", f"127.0.0.1:{fleet_port}",
-                            "--control-api-address", f"127.0.0.1:{control_port}",
-                            "--port", str(_free_port()),
+        start("superlink", ["flower-superlink", "--insecure", "--port", str(port),
                             "--database", str(out_dir / "superlink.db")])
-        _wait_for_port(control_port, 300, "the SuperLink")
-        _wait_for_port(fleet_port, 300, "the SuperLink's Fleet API")
+        _wait_for_port(port, 300, "the SuperLink")
         for i in range(clients):
             node = f"partition-id={i} num-partitions={clients}"
             if device and i == clients - 1:
                 node += f' package="{device[0]}" library="{device[1]}"'
             start(f"supernode-{i}", ["flower-supernode", "--insecure",
-                                     "--superlink", f"127.0.0.1:{fleet_port}",
+                                     "--superlink", f"127.0.0.1:{port}",
                                      "--port", str(_free_port()), "--node-config", node])
-        log(f"SuperLink on 127.0.0.1:{fleet_port}, {clients} SuperNodes"
+        log(f"SuperLink on 127.0.0.1:{port}, {clients} SuperNodes"
             + (f" (supernode-{clients - 1}: {emulated} under QEMU)" if emulated else "")
             + f"; logs in {logs}")
         run = subprocess.run(["flwr", "run", str(app), "fleet", "--stream"], env=env,
