@@ -154,3 +154,14 @@ def test_the_run_reports_each_round_and_ends_with_the_fleet_line(fleet_run):
                          f"{100 * result['accuracy']:.1f}% (centralized "
                          f"{100 * result['central_accuracy']:.1f}%)")
     assert sum(line.startswith("round ") for line in lines) == 2
+
+
+def test_a_sparse_update_sends_the_trained_parameters_and_the_buffers(tmp_path):
+    torch.manual_seed(0)
+    pkg = ub.compile(DigitsCNN(), (torch.zeros(8, 1, 8, 8),), torch.zeros(8, dtype=torch.long),
+                     trainable=ub.SparseUpdate(biases=True, last_layers=1), progress=False,
+                     out_dir=tmp_path / "sparse")
+    trainer = pkg.build()
+    names = set(exchanged_names(trainer, sparse=True))
+    assert names == set(pkg.trainable) | {"features.1.running_mean", "features.1.running_var"}
+    assert "features.0.weight" not in names and "classifier.weight" in names

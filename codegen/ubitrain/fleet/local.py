@@ -19,12 +19,13 @@ class LocalTraining:
 
 def exchanged_names(trainer, sparse: bool) -> list[str]:
     """The tensors that travel between server and clients: every float parameter and buffer
-    (BatchNorm's running statistics are averaged too; integer counters stay local), or with a
-    sparse update only the trained ones: the rest never changes, so it never travels."""
+    (BatchNorm's running statistics are averaged too; integer counters stay local). With a
+    sparse update the frozen parameters never change, so they never travel; the buffers
+    still do, since training updates them."""
     trained = set(trainer.package.trainable)
     return [name for name, kind, dtype, _, _ in trainer.tensors
             if kind in (PARAMETER, BUFFER) and np.dtype(dtype).kind == "f"
-            and (not sparse or name in trained)]
+            and (not sparse or name in trained or kind == BUFFER)]
 
 
 def batch_indices(n: int, steps: int, batch: int, rng: np.random.Generator) -> np.ndarray:
