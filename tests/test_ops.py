@@ -320,6 +320,33 @@ def test_layout(fn, wshape, tmp_path):
     check(WithParam(fn, wshape), (randn(2, 3, 4, 5),), tmp_path)
 
 
+@pytest.mark.parametrize("fn,wshape,shape", [
+    (lambda x, w: torch.chunk(x, 2, 1)[0] * w + torch.chunk(x, 2, 1)[1], (2, 5), (2, 4, 5)),
+    # only the last, shorter part is used: the others' gradient is zero
+    (lambda x, w: x.chunk(3, -1)[2] * w, (4, 1), (2, 4, 7)),
+    (lambda x, w: torch.cat([torch.split(x, 2, -1)[0] * w, torch.split(x, 2, -1)[2]], -1),
+     (2,), (3, 4, 5)),
+    (lambda x, w: torch.split(x, [1, 2, 4], 1)[1] * w, (2, 3), (2, 7, 3)),
+    (lambda x, w: sum(t * w[i] for i, t in enumerate(x.unbind(-1))), (3, 4), (2, 3, 4, 3)),
+    (lambda x, w: x.unbind(1)[1] * w, (3,), (2, 4, 3)),
+    (lambda x, w: x.narrow(1, 1, 2) * w, (2, 3), (2, 4, 3)),
+    (lambda x, w: x[:, 0] * w + x[:, -1], (3,), (2, 4, 3)),
+    (lambda x, w: x[:, 1:5] * w, (4, 3), (2, 6, 3)),
+    (lambda x, w: x[:, -3:-1] * w, (2, 3), (2, 6, 3)),
+    (lambda x, w: x[..., ::2] * w, (3,), (2, 6, 5)),
+    (lambda x, w: x[:, 1::3, :] * w, (2, 5), (2, 6, 5)),  # the last kept is not the last
+    (lambda x, w: x[1:, ::2, -2] * w, (2, 5), (3, 4, 3, 5)),  # batch, step and select
+    (lambda x, w: x[3:9:2] * w + x.narrow(0, 0, 3) + x[-1], (3,), (10,)),
+    (lambda x, w: x.view(2, 3, 2, 2, 3)[:, :, 1, :, 1:] * w, (3, 2, 2), (2, 3, 4, 3)),
+], ids=["chunk_both", "chunk_last_only", "split_skip_middle", "split_sizes", "unbind_all",
+        "unbind_one", "narrow", "select", "slice", "slice_negative", "slice_step2",
+        "slice_step3_tail", "slice_chain", "slices_1d", "slice_rank5"])
+def test_slicing(fn, wshape, shape, tmp_path):
+    """Every part is multiplied by a trained tensor or summed, so a wrong element gives a
+    wrong output; the input's gradient is zero exactly where no part reads it."""
+    check(WithParam(fn, wshape), (randn(*shape),), tmp_path)
+
+
 # ---- elementwise arithmetic ---------------------------------------------------------------
 @pytest.mark.parametrize("fn,wshape", [
     (lambda x, w: x + w, (3, 1, 1)),
