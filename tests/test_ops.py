@@ -143,6 +143,34 @@ def test_linear(shape, bias, tmp_path):
     check(seeded(nn.Linear(6, 4, bias=bias)), (randn(*shape),), tmp_path)
 
 
+@pytest.mark.parametrize("fn,wshape,shape", [
+    (lambda x, w: x @ w, (4, 5), (3, 4)),
+    (lambda x, w: torch.mm(x * w, (x + w).t()), (3, 4), (3, 4)),  # both sides trained
+    (lambda x, w: torch.bmm(x, w), (2, 4, 5), (2, 3, 4)),
+    (lambda x, w: x @ w, (4, 5), (2, 3, 4)),  # the 2-D side broadcasts over the batch
+    (lambda x, w: x @ w, (3, 4, 5), (2, 1, 3, 4)),  # both sides broadcast
+    (lambda x, w: w @ x, (2, 1, 5, 3), (4, 3, 2)),
+    (lambda x, w: (x * w) @ (x - w).transpose(-1, -2), (1, 3, 1, 4), (2, 3, 2, 4)),
+    (lambda x, w: x @ w, (4,), (2, 3, 4)),  # matrix . vector
+    (lambda x, w: w @ x, (3,), (2, 3, 4)),  # vector . matrix
+    (lambda x, w: (x @ w).reshape(1), (4,), (4,)),  # vector . vector
+    (lambda x, w: torch.baddbmm(x[:, :, :1], x, w, beta=0.5, alpha=2.0), (2, 4, 5),
+     (2, 3, 4)),
+    (lambda x, w: torch.baddbmm(x, x, w, beta=0.0), (2, 4, 4), (2, 3, 4)),  # x unread
+    (lambda x, w: torch.addmm(w[0], x, w, alpha=-1.5), (4, 4), (3, 4)),
+], ids=["2d", "mm_both_trained", "bmm", "broadcast_2d", "broadcast_both", "broadcast_left",
+        "4d_both_trained", "matrix_vector", "vector_matrix", "vector_vector", "baddbmm",
+        "baddbmm_beta0", "addmm"])
+def test_matmul(fn, wshape, shape, tmp_path):
+    check(WithParam(fn, wshape), (randn(*shape),), tmp_path)
+
+
+def test_matmul_two_inputs(tmp_path):
+    """x @ (a linear branch of x): the gradient reaches both inputs through both sides."""
+    fn = lambda a, b: a @ b.transpose(1, 2) @ b  # noqa: E731
+    check(Fn(fn), (randn(2, 3, 4, seed=1), randn(2, 5, 4, seed=2)), tmp_path)
+
+
 # ---- normalisation ------------------------------------------------------------------------
 @pytest.mark.parametrize("affine,momentum,offset,spread", [
     (True, 0.1, 1.0, 2.0),

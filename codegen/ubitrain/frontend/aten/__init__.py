@@ -17,6 +17,7 @@ from . import (  # noqa: F401
     convolution,
     dropout,
     layout,
+    linalg,
     normalization,
     pooling,
     slicing,
