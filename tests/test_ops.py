@@ -375,6 +375,18 @@ def test_slicing(fn, wshape, shape, tmp_path):
     check(WithParam(fn, wshape), (randn(*shape),), tmp_path)
 
 
+@pytest.mark.parametrize("fn,wshape,shape", [
+    (lambda x, w: x.view(4, 6).t().reshape(-1) * w + x.t(), (24,), (24,)),
+    (lambda x, w: x.permute(2, 0, 1) * w, (2, 1), (2, 3, 4)),
+    (lambda x, w: (x.view(2, 3, 2, 2, 5).permute(4, 0, 3, 2, 1) * w).reshape(5, 24),
+     (2, 2, 3), (2, 3, 4, 5)),
+    (lambda x, w: x.view(2, 3, 2, 2, 5).transpose(1, -1).flatten(3) * w, (6,), (2, 3, 4, 5)),
+    (lambda x, w: x.transpose(0, 2).contiguous().view(4, -1) * w, (30,), (2, 3, 4, 5)),
+], ids=["1d", "3d_permute", "5d_permute", "5d_transpose", "4d_swap_batch"])
+def test_layout_ranks(fn, wshape, shape, tmp_path):
+    check(WithParam(fn, wshape), (randn(*shape),), tmp_path)
+
+
 # ---- elementwise arithmetic ---------------------------------------------------------------
 @pytest.mark.parametrize("fn,wshape", [
     (lambda x, w: x + w, (3, 1, 1)),
@@ -405,6 +417,27 @@ def test_binary_two_inputs(shapes, tmp_path):
 ], ids=["dim1", "last_dim_repeated"])
 def test_cat(fn, shapes, tmp_path):
     check(Fn(fn), tuple(randn(*s, seed=i) for i, s in enumerate(shapes)), tmp_path)
+
+
+# ---- tensors made in forward --------------------------------------------------------------
+@pytest.mark.parametrize("fn,wshape", [
+    (lambda x, w: x * w + torch.zeros(2, 4), (4,)),
+    (lambda x, w: x * torch.ones(4) + w, (4,)),
+    (lambda x, w: x * torch.full((2, 4), 1.5) * w, (4,)),
+    (lambda x, w: x * torch.full((2, 4), 2) * w, (4,)),  # an int64 fill, promoted
+    (lambda x, w: x + torch.arange(4) * w, (4,)),  # int64, promoted
+    (lambda x, w: x * torch.arange(1, 9, 2, dtype=torch.float32) * w, (4,)),
+    (lambda x, w: x * torch.arange(0.1, 0.4, 0.1) * w, (4,)),  # 4 values, not 3: rounding
+    (lambda x, w: (2.5 - torch.arange(4) / 2) * x * w, (4,)),  # int64 / int: true division
+    (lambda x, w: (x + torch.zeros_like(x)) * torch.ones_like(x) * torch.full_like(x, 2.0) * w,
+     (4,)),
+    (lambda x, w: (x + x.new_zeros(2, 4)) * x.new_ones(4) * x.new_full((1, 4), -0.5) * w,
+     (4,)),
+    (lambda x, w: torch.cat([x * w, torch.zeros(2, 2)], 1), (4,)),
+], ids=["zeros", "ones", "full", "full_int", "arange_int", "arange_step", "arange_float_step",
+        "arange_div", "like", "new", "cat_zeros"])
+def test_creation(fn, wshape, tmp_path):
+    check(WithParam(fn, wshape), (randn(2, 4),), tmp_path)
 
 
 # ---- dropout ------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from . import (  # noqa: F401
     activations,
     arithmetic,
     convolution,
+    creation,
     dropout,
     layout,
     linalg,
