@@ -27,6 +27,27 @@ def test_unsupported_op_names_module_path_and_op(tmp_path):
     assert not (tmp_path / "m").exists()  # nothing written
 
 
+class Then(nn.Module):
+    """A Linear(6, 3), then `fn` of its output."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fc, self.fn = nn.Linear(6, 3), fn
+
+    def forward(self, x):
+        return self.fn(self.fc(x))
+
+
+@pytest.mark.parametrize("fn, fragment", [
+    (lambda h: torch.cat([h, h[:, 2:1]], 1), r"a slice \[2:1:1\] that keeps nothing of 3"),
+    (lambda h: torch.split(h, [0, 3], 1)[1], r"a split into empty parts \(sizes \[0, 3\]\)"),
+], ids=["slice", "split"])
+def test_empty_parts_are_unsupported(fn, fragment, tmp_path):
+    """PyTorch allows tensors without elements; the step has no slot for them."""
+    with pytest.raises(ub.UnsupportedOpError, match=fragment):
+        ub.compile(Then(fn), (X,), Y, out_dir=tmp_path / "m")
+
+
 @pytest.mark.parametrize("labels, fragment", [
     (torch.randn(4), "integer class labels"),
     (torch.tensor([[0], [1], [2], [1]]), "labels of shape [4]"),

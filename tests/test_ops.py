@@ -145,6 +145,34 @@ def test_linear(shape, bias, tmp_path):
     check(seeded(nn.Linear(6, 4, bias=bias)), (randn(*shape),), tmp_path)
 
 
+@pytest.mark.parametrize("fn,wshape,shape", [
+    (lambda x, w: x @ w, (4, 5), (3, 4)),
+    (lambda x, w: torch.mm(x * w, (x + w).t()), (3, 4), (3, 4)),  # both sides trained
+    (lambda x, w: torch.bmm(x, w), (2, 4, 5), (2, 3, 4)),
+    (lambda x, w: x @ w, (4, 5), (2, 3, 4)),  # the 2-D side broadcasts over the batch
+    (lambda x, w: x @ w, (3, 4, 5), (2, 1, 3, 4)),  # both sides broadcast
+    (lambda x, w: w @ x, (2, 1, 5, 3), (4, 3, 2)),
+    (lambda x, w: (x * w) @ (x - w).transpose(-1, -2), (1, 3, 1, 4), (2, 3, 2, 4)),
+    (lambda x, w: x @ w, (4,), (2, 3, 4)),  # matrix . vector
+    (lambda x, w: w @ x, (3,), (2, 3, 4)),  # vector . matrix
+    (lambda x, w: (x @ w).reshape(1), (4,), (4,)),  # vector . vector
+    (lambda x, w: torch.baddbmm(x[:, :, :1], x, w, beta=0.5, alpha=2.0), (2, 4, 5),
+     (2, 3, 4)),
+    (lambda x, w: torch.baddbmm(x, x, w, beta=0.0), (2, 4, 4), (2, 3, 4)),  # x unread
+    (lambda x, w: torch.addmm(w[0], x, w, alpha=-1.5), (4, 4), (3, 4)),
+], ids=["2d", "mm_both_trained", "bmm", "broadcast_2d", "broadcast_both", "broadcast_left",
+        "4d_both_trained", "matrix_vector", "vector_matrix", "vector_vector", "baddbmm",
+        "baddbmm_beta0", "addmm"])
+def test_matmul(fn, wshape, shape, tmp_path):
+    check(WithParam(fn, wshape), (randn(*shape),), tmp_path)
+
+
+def test_matmul_two_inputs(tmp_path):
+    """x @ (a linear branch of x): the gradient reaches both inputs through both sides."""
+    fn = lambda a, b: a @ b.transpose(1, 2) @ b  # noqa: E731
+    check(Fn(fn), (randn(2, 3, 4, seed=1), randn(2, 5, 4, seed=2)), tmp_path)
+
+
 # ---- normalisation ------------------------------------------------------------------------
 @pytest.mark.parametrize("affine,momentum,offset,spread", [
     (True, 0.1, 1.0, 2.0),
@@ -438,6 +466,45 @@ def test_layout(fn, wshape, tmp_path):
     check(WithParam(fn, wshape), (randn(2, 3, 4, 5),), tmp_path)
 
 
+@pytest.mark.parametrize("fn,wshape,shape", [
+    (lambda x, w: torch.chunk(x, 2, 1)[0] * w + torch.chunk(x, 2, 1)[1], (2, 5), (2, 4, 5)),
+    # only the last, shorter part is used: the others' gradient is zero
+    (lambda x, w: x.chunk(3, -1)[2] * w, (4, 1), (2, 4, 7)),
+    (lambda x, w: torch.cat([torch.split(x, 2, -1)[0] * w, torch.split(x, 2, -1)[2]], -1),
+     (2,), (3, 4, 5)),
+    (lambda x, w: torch.split(x, [1, 2, 4], 1)[1] * w, (2, 3), (2, 7, 3)),
+    (lambda x, w: sum(t * w[i] for i, t in enumerate(x.unbind(-1))), (3, 4), (2, 3, 4, 3)),
+    (lambda x, w: x.unbind(1)[1] * w, (3,), (2, 4, 3)),
+    (lambda x, w: x.narrow(1, 1, 2) * w, (2, 3), (2, 4, 3)),
+    (lambda x, w: x[:, 0] * w + x[:, -1], (3,), (2, 4, 3)),
+    (lambda x, w: x[:, 1:5] * w, (4, 3), (2, 6, 3)),
+    (lambda x, w: x[:, -3:-1] * w, (2, 3), (2, 6, 3)),
+    (lambda x, w: x[..., ::2] * w, (3,), (2, 6, 5)),
+    (lambda x, w: x[:, 1::3, :] * w, (2, 5), (2, 6, 5)),  # the last kept is not the last
+    (lambda x, w: x[1:, ::2, -2] * w, (2, 5), (3, 4, 3, 5)),  # batch, step and select
+    (lambda x, w: x[3:9:2] * w + x.narrow(0, 0, 3) + x[-1], (3,), (10,)),
+    (lambda x, w: x.view(2, 3, 2, 2, 3)[:, :, 1, :, 1:] * w, (3, 2, 2), (2, 3, 4, 3)),
+], ids=["chunk_both", "chunk_last_only", "split_skip_middle", "split_sizes", "unbind_all",
+        "unbind_one", "narrow", "select", "slice", "slice_negative", "slice_step2",
+        "slice_step3_tail", "slice_chain", "slices_1d", "slice_rank5"])
+def test_slicing(fn, wshape, shape, tmp_path):
+    """Every part is multiplied by a trained tensor or summed, so a wrong element gives a
+    wrong output; the input's gradient is zero exactly where no part reads it."""
+    check(WithParam(fn, wshape), (randn(*shape),), tmp_path)
+
+
+@pytest.mark.parametrize("fn,wshape,shape", [
+    (lambda x, w: x.view(4, 6).t().reshape(-1) * w + x.t(), (24,), (24,)),
+    (lambda x, w: x.permute(2, 0, 1) * w, (2, 1), (2, 3, 4)),
+    (lambda x, w: (x.view(2, 3, 2, 2, 5).permute(4, 0, 3, 2, 1) * w).reshape(5, 24),
+     (2, 2, 3), (2, 3, 4, 5)),
+    (lambda x, w: x.view(2, 3, 2, 2, 5).transpose(1, -1).flatten(3) * w, (6,), (2, 3, 4, 5)),
+    (lambda x, w: x.transpose(0, 2).contiguous().view(4, -1) * w, (30,), (2, 3, 4, 5)),
+], ids=["1d", "3d_permute", "5d_permute", "5d_transpose", "4d_swap_batch"])
+def test_layout_ranks(fn, wshape, shape, tmp_path):
+    check(WithParam(fn, wshape), (randn(*shape),), tmp_path)
+
+
 # ---- elementwise arithmetic ---------------------------------------------------------------
 @pytest.mark.parametrize("fn,wshape", [
     (lambda x, w: x + w, (3, 1, 1)),
@@ -468,6 +535,27 @@ def test_binary_two_inputs(shapes, tmp_path):
 ], ids=["dim1", "last_dim_repeated"])
 def test_cat(fn, shapes, tmp_path):
     check(Fn(fn), tuple(randn(*s, seed=i) for i, s in enumerate(shapes)), tmp_path)
+
+
+# ---- tensors made in forward --------------------------------------------------------------
+@pytest.mark.parametrize("fn,wshape", [
+    (lambda x, w: x * w + torch.zeros(2, 4), (4,)),
+    (lambda x, w: x * torch.ones(4) + w, (4,)),
+    (lambda x, w: x * torch.full((2, 4), 1.5) * w, (4,)),
+    (lambda x, w: x * torch.full((2, 4), 2) * w, (4,)),  # an int64 fill, promoted
+    (lambda x, w: x + torch.arange(4) * w, (4,)),  # int64, promoted
+    (lambda x, w: x * torch.arange(1, 9, 2, dtype=torch.float32) * w, (4,)),
+    (lambda x, w: x * torch.arange(0.1, 0.4, 0.1) * w, (4,)),  # 4 values, not 3: rounding
+    (lambda x, w: (2.5 - torch.arange(4) / 2) * x * w, (4,)),  # int64 / int: true division
+    (lambda x, w: (x + torch.zeros_like(x)) * torch.ones_like(x) * torch.full_like(x, 2.0) * w,
+     (4,)),
+    (lambda x, w: (x + x.new_zeros(2, 4)) * x.new_ones(4) * x.new_full((1, 4), -0.5) * w,
+     (4,)),
+    (lambda x, w: torch.cat([x * w, torch.zeros(2, 2)], 1), (4,)),
+], ids=["zeros", "ones", "full", "full_int", "arange_int", "arange_step", "arange_float_step",
+        "arange_div", "like", "new", "cat_zeros"])
+def test_creation(fn, wshape, tmp_path):
+    check(WithParam(fn, wshape), (randn(2, 4),), tmp_path)
 
 
 # ---- dropout ------------------------------------------------------------------------------

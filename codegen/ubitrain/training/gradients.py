@@ -1,9 +1,9 @@
 """Gradient rules that ubitrain registers with Relax's Gradient pass.
 
 `GRADIENT_RULES` is a table `{relax op: rule}`. It fills the gaps of TVM 0.27 (`relax.clip`,
-`relax.erf`) and replaces rules whose tie-breaking differs from PyTorch: PyTorch gives ReLU
-zero gradient at exactly 0 and Hardtanh/ReLU6 zero gradient at both bounds, which matters
-because ReLU outputs feed exact zeros into later activations.
+`relax.erf`, `relax.strided_slice`) and replaces rules whose tie-breaking differs from
+PyTorch: PyTorch gives ReLU zero gradient at exactly 0 and Hardtanh/ReLU6 zero gradient at
+both bounds, which matters because ReLU outputs feed exact zeros into later activations.
 
 It replaces TVM's `relax.variance` rule, which cancels catastrophically (see
 `variance_grad`), and its `relax.nn.conv2d` rule, which sizes the input gradient with the
@@ -166,6 +166,35 @@ def conv2d_grad(orig_var, orig_call, output_grad, ctx):
     return [data_grad, weight_grad]
 
 
+def strided_slice_grad(orig_var, orig_call, output_grad, ctx):
+    """The slice's gradient back where the slice came from, zeros elsewhere (TVM 0.27 has
+    no rule). Along each sliced axis of length L that kept n elements from `begin` on in
+    steps of s: a step s > 1 first spaces the n values s apart (a unit axis padded to s,
+    merged back: n * s values, a value every s-th) and drops the trailing zeros that would
+    pass L; then zeros pad the axis to L, `begin` of them in front."""
+    x, axes, begin, _, *strides = orig_call.args
+    in_shape, grad = _ints(x.ty.shape), output_grad
+    shape = _ints(orig_var.ty.shape)
+    steps = [int(s) for s in strides[0].fields] if strides else [1] * len(axes.fields)
+    for axis, start, step in zip(axes.fields, begin.fields, steps):
+        axis = int(axis) % len(shape)
+        start, length, n = int(start), in_shape[axis], shape[axis]
+        if step > 1:
+            unit = shape[:axis + 1] + [1] + shape[axis + 1:]
+            widths = [0] * (2 * len(unit))
+            widths[2 * axis + 3] = step - 1
+            shape[axis] = min(n * step, length - start)
+            spaced = R.reshape(R.nn.pad(R.reshape(grad, unit), widths),
+                               shape[:axis] + [n * step] + shape[axis + 1:])
+            grad = (spaced if shape[axis] == n * step else
+                    R.strided_slice(spaced, axes=[axis], begin=[0], end=[shape[axis]]))
+        widths = [0] * (2 * len(shape))
+        widths[2 * axis], widths[2 * axis + 1] = start, length - start - shape[axis]
+        grad = R.nn.pad(grad, widths)
+        shape[axis] = length
+    return [grad] + [no_grad(a) for a in orig_call.args[1:]]
+
+
 def legalize_avg_pool2d_backward(bb, call):
     """`relax.grad.avg_pool2d_backward` (what TVM's avg_pool2d gradient emits) as
     ubitrain's own kernel instead of TOPI's `pool_grad`."""
@@ -204,6 +233,7 @@ GRADIENT_RULES = {
     "relax.nn.gelu": gelu_grad,
     "relax.nn.gelu_tanh": gelu_tanh_grad,
     "relax.variance": variance_grad,
+    "relax.strided_slice": strided_slice_grad,
     # Fused training ops (training/fused_ops.py), by op name.
     "relax.call_dps_packed": fused_gradient({
         batch_norm.FORWARD: batch_norm.batch_norm_train_grad,

@@ -11,7 +11,18 @@ To add an op: write a converter with `@converts(...)` in the module of its kind,
 gradient in `training/gradients.py` if Relax has none, and add a case to `tests/test_ops.py`.
 """
 
-from . import activations, arithmetic, convolution, dropout, layout, normalization, pooling  # noqa: F401
+from . import (  # noqa: F401
+    activations,
+    arithmetic,
+    convolution,
+    creation,
+    dropout,
+    layout,
+    linalg,
+    normalization,
+    pooling,
+    slicing,
+)
 from .registry import ATEN_CONVERTERS, ConvertContext, shape_of, supported_op_names
 
 __all__ = ["ATEN_CONVERTERS", "ConvertContext", "shape_of", "supported_op_names"]

@@ -5,14 +5,13 @@ from __future__ import annotations
 from tvm import relax
 from tvm.relax import op as R
 
-from .registry import as_expr, aten, converts, dtype_of
+from .registry import aten, cast, converts, dtype_of, result_dtype
 
 
 def _binary(fn):
     def convert(ctx, node, a, b, alpha=1):
-        if not isinstance(a, relax.Expr):
-            a = as_expr(a, b)
-        b = as_expr(b, a)
+        dtype = result_dtype(node, a, b)
+        a, b = cast(ctx, a, dtype), cast(ctx, b, dtype)
         if alpha != 1:
             b = ctx.emit(R.multiply(b, relax.const(alpha, dtype_of(b))))
         return ctx.emit(fn(a, b))

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+import tvm
 from tvm import relax
+from tvm.relax import op as R
 
 from ...errors import UnsupportedOpError
 
@@ -47,6 +49,30 @@ def shape_of(x) -> tuple[int, ...]:
 
 def dtype_of(x) -> str:
     return str(x.ty.dtype)
+
+
+def torch_dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def result_dtype(node, *values) -> str:
+    """The dtype of the op's result as PyTorch traced it (its type promotion: a float tensor
+    plus an int64 `arange` is float), else that of the first tensor operand."""
+    val = node.meta.get("val") if node is not None else None
+    if isinstance(val, torch.Tensor):
+        return torch_dtype_name(val.dtype)
+    return next(dtype_of(v) for v in values if isinstance(v, relax.Expr))
+
+
+def cast(ctx, value, dtype: str):
+    """A Python scalar or a tensor as `dtype`: a constant converted now, else by a kernel."""
+    if not isinstance(value, relax.Expr):
+        return relax.const(value, dtype)
+    if dtype_of(value) == dtype:
+        return value
+    if isinstance(value, tvm.ir.Constant):
+        return relax.const(value.value.numpy().astype(dtype), dtype)
+    return ctx.emit(R.astype(value, dtype))
 
 
 def as_expr(value, like):
