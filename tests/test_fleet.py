@@ -165,3 +165,16 @@ def test_a_sparse_update_sends_the_trained_parameters_and_the_buffers(tmp_path):
     names = set(exchanged_names(trainer, sparse=True))
     assert names == set(pkg.trainable) | {"features.1.running_mean", "features.1.running_var"}
     assert "features.0.weight" not in names and "classifier.weight" in names
+
+
+def test_the_deployment_engine_runs_rounds_with_supernode_processes(tmp_path):
+    """A SuperLink, two SuperNode processes (one drives a Cortex-M4 board under QEMU) and
+    `flwr run`: every round merges both clients' updates."""
+    from ubitrain.fleet.deployment import run_deployment
+
+    rounds = run_deployment(clients=2, rounds=2, local_steps=3, emulated="cortex-m4",
+                            out_dir=tmp_path / "deploy", log=lambda line: None)
+    assert [m["round"] for m in rounds] == [0, 1, 2]
+    assert all(m["clients"] == 2 and m["failures"] == 0 and m["emulated"] == 1
+               for m in rounds[1:])
+    assert rounds[2]["accuracy"] > rounds[0]["accuracy"]

@@ -91,7 +91,8 @@ def client_reply(setup: FleetSetup, msg: Message, context: Context) -> Message:
     update, loss = local_round(trainer, as_numpy(msg.content["arrays"]), x, y, setup.local,
                                seed=setup.client_seed(client, server_round),
                                proximal_mu=float(config.get("proximal-mu", 0.0)))
-    metrics = MetricRecord({"num-examples": len(x), "train-loss": loss})
+    metrics = MetricRecord({"num-examples": len(x), "train-loss": loss,
+                            "emulated": int(not setup.library)})
     return Message(RecordDict({"arrays": as_record(update), "metrics": metrics}), reply_to=msg)
 
 
@@ -123,6 +124,7 @@ def metered(strategy_cls):
             good = [m for m in replies if not m.has_error()]
             self.bytes_up = sum(m.content["arrays"].count_bytes() for m in good)
             self.failures = len(replies) - len(good)
+            self.emulated = sum(int(m.content["metrics"]["emulated"]) for m in good)
             self.replies = {**self.replies, server_round: [
                 (as_numpy(m.content["arrays"]), m.content["metrics"]["num-examples"])
                 for m in good]}
@@ -176,7 +178,7 @@ def run_server(plan: ServerPlan, clients: int, grid: Grid) -> None:
         if server_round:
             metrics.update(seconds=now - started[0], bytes_up=strategy.bytes_up,
                            bytes_down=strategy.bytes_down, clients=strategy.sampled,
-                           failures=strategy.failures)
+                           failures=strategy.failures, emulated=strategy.emulated)
         started[0] = now
         plan.result.setdefault("rounds", []).append(metrics)
         if server_round and plan.on_round:

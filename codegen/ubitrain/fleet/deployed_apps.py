@@ -64,7 +64,8 @@ def main(grid: Grid, context: Context) -> None:
     def report(metrics):
         print(f"round {metrics['round']}/{config['rounds']}: test accuracy "
               f"{100 * metrics['accuracy']:.1f}%, {metrics['clients'] - metrics['failures']}/"
-              f"{metrics['clients']} clients, {metrics['seconds']:.1f} s", flush=True)
+              f"{metrics['clients']} clients ({metrics['emulated']} emulated), "
+              f"{metrics['seconds']:.1f} s", flush=True)
 
     plan = ServerPlan(str(config["strategy"]), int(config["rounds"]),
                       float(config["fraction-fit"]), initial, evaluate, out_dir / "checkpoints",

@@ -150,7 +150,8 @@ def run_deployment(clients: int = 3, rounds: int = 2, local_steps: int = 5, batc
     rounds_done = json.loads(result.read_text())
     for m in rounds_done[1:]:
         log(f"round {m['round']}/{rounds}: test accuracy {100 * m['accuracy']:.1f}%, "
-            f"{m['clients'] - m['failures']}/{m['clients']} clients, {m['seconds']:.1f} s")
+            f"{m['clients'] - m['failures']}/{m['clients']} clients ({m['emulated']} on an "
+            f"emulated board), {m['seconds']:.1f} s")
     return rounds_done
 
 
