@@ -34,7 +34,7 @@ class FleetSetup:
     package (pickled next to its built library), the data split, the local training."""
 
     package_file: Path
-    library: Path
+    library: Path | None  # None: the package's target under its emulator
     clients: int
     non_iid: float | None
     seed: int
@@ -47,7 +47,9 @@ class FleetSetup:
 
 
 class ClientCrash(RuntimeError):
-    """A client made to fail mid-round (fault tests): the round must go on without it."""
+    """A client made to fail mid-round (fault tests): the round must go on without it. (A
+    simulated client whose Ray worker is killed takes Flower 1.42's Ray backend down with
+    it for the rounds that follow; process kills are for the deployment engine.)"""
 
 
 _PROCESS_STATE: dict = {}  # per process: the trainer and the shards, built once
