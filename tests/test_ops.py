@@ -207,6 +207,9 @@ ACTIVATIONS = {
     "tanh": nn.Tanh(),
     "hardswish": nn.Hardswish(),
     "hardtanh": nn.Hardtanh(),
+    "hardsigmoid": nn.Hardsigmoid(),
+    "hardsigmoid_inplace": nn.Hardsigmoid(inplace=True),
+    "hardsigmoid_functional": Fn(torch.nn.functional.hardsigmoid),
 }
 
 
@@ -223,6 +226,24 @@ def test_activation_ties(act, tmp_path):
     res = check(Probed(nn.ReLU(), act, x.shape), (x,), tmp_path)
     mid_grad = res.got["grad:d_probe"]
     assert np.all(mid_grad[x.numpy() <= 0] == 0)
+
+
+KINKS = {  # name: (activation, the inputs where its derivative jumps)
+    "hardsigmoid": (nn.Hardsigmoid(), (-3.0, 3.0)),
+    "hardsigmoid_inplace": (nn.Hardsigmoid(inplace=True), (-3.0, 3.0)),
+}
+
+
+@pytest.mark.parametrize("name", list(KINKS))
+def test_activation_kinks(name, tmp_path):
+    """Exactly at a kink PyTorch takes one side's slope (Hardsigmoid: 0 at -3 and 3); the C
+    must take the same side, element by element, not only within the tensor's tolerance."""
+    act, kinks = KINKS[name]
+    x = randint(-4, 5, 2, 3, 4, 4, seed=9)  # integers: many inputs exactly at each kink
+    assert all((x == k).any() for k in kinks)
+    res = check(act, (x,), tmp_path)
+    at = np.isin(x.numpy(), kinks)
+    np.testing.assert_allclose(res.got["grad:d_in0"][at], res.want["grad:d_in0"][at], rtol=1e-4)
 
 
 # ---- pooling and reductions ---------------------------------------------------------------

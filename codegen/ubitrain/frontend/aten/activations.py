@@ -51,3 +51,12 @@ def gelu(ctx, node, x, approximate="none"):
     if approximate == "none":
         return ctx.emit(R.nn.gelu(x))
     unsupported(ctx, f"GELU approximate={approximate!r}", "use 'none' or 'tanh'")
+
+
+@converts(aten.hardsigmoid.default)
+def hardsigmoid(ctx, node, x):
+    # PyTorch computes clip(x + 3, 0, 6) / 6; clipping x itself to [-3, 3] gives the same
+    # values, and clip's gradient (training/gradients.py) is then PyTorch's exact rule, 1/6
+    # where -3 < x < 3, with no rounding of x + 3 moving an element across a bound.
+    inside = ctx.emit(R.clip(x, -3.0, 3.0))
+    return ctx.emit(R.add(ctx.emit(R.divide(inside, as_expr(6.0, x))), as_expr(0.5, x)))
