@@ -210,6 +210,10 @@ ACTIVATIONS = {
     "hardsigmoid": nn.Hardsigmoid(),
     "hardsigmoid_inplace": nn.Hardsigmoid(inplace=True),
     "hardsigmoid_functional": Fn(torch.nn.functional.hardsigmoid),
+    "leaky_relu": nn.LeakyReLU(),
+    "leaky_relu_0.2_inplace": nn.LeakyReLU(0.2, inplace=True),
+    "leaky_relu_negative_slope": nn.LeakyReLU(-0.5),
+    "leaky_relu_slope_above_1": Fn(lambda x: torch.nn.functional.leaky_relu(x, 1.5)),
 }
 
 
@@ -231,13 +235,17 @@ def test_activation_ties(act, tmp_path):
 KINKS = {  # name: (activation, the inputs where its derivative jumps)
     "hardsigmoid": (nn.Hardsigmoid(), (-3.0, 3.0)),
     "hardsigmoid_inplace": (nn.Hardsigmoid(inplace=True), (-3.0, 3.0)),
+    "leaky_relu": (nn.LeakyReLU(0.2), (0.0,)),
+    "leaky_relu_inplace": (nn.LeakyReLU(0.2, inplace=True), (0.0,)),
+    "leaky_relu_negative_slope": (nn.LeakyReLU(-0.5), (0.0,)),
 }
 
 
 @pytest.mark.parametrize("name", list(KINKS))
 def test_activation_kinks(name, tmp_path):
-    """Exactly at a kink PyTorch takes one side's slope (Hardsigmoid: 0 at -3 and 3); the C
-    must take the same side, element by element, not only within the tensor's tolerance."""
+    """Exactly at a kink PyTorch takes one side's slope (Hardsigmoid: 0 at -3 and 3;
+    LeakyReLU: the negative slope at 0); the C must take the same side, element by element,
+    not only within the tensor's tolerance."""
     act, kinks = KINKS[name]
     x = randint(-4, 5, 2, 3, 4, 4, seed=9)  # integers: many inputs exactly at each kink
     assert all((x == k).any() for k in kinks)

@@ -1,9 +1,9 @@
 """Gradient rules that ubitrain registers with Relax's Gradient pass.
 
 `GRADIENT_RULES` is a table `{relax op: rule}`. It fills the gaps of TVM 0.27 (`relax.clip`,
-`relax.erf`) and replaces rules whose tie-breaking differs from PyTorch: PyTorch gives ReLU
-zero gradient at exactly 0 and Hardtanh/ReLU6 zero gradient at both bounds, which matters
-because ReLU outputs feed exact zeros into later activations.
+`relax.erf`, `relax.nn.leakyrelu`) and replaces rules whose tie-breaking differs from
+PyTorch: PyTorch gives ReLU zero gradient at exactly 0 and Hardtanh/ReLU6 zero gradient at
+both bounds, which matters because ReLU outputs feed exact zeros into later activations.
 
 It replaces TVM's `relax.variance` rule, which cancels catastrophically (see
 `variance_grad`), and its `relax.nn.conv2d` rule, which sizes the input gradient with the
@@ -41,6 +41,16 @@ def relu_grad(orig_var, orig_call, output_grad, ctx):
     # pass (and the ReLU run in place over it).
     y = orig_var
     return [R.where(R.greater(y, _zero(y)), output_grad, _zero(y))]
+
+
+def leakyrelu_grad(orig_var, orig_call, output_grad, ctx):
+    # TVM 0.27 has no rule. PyTorch's: x > 0 ? dy : dy * slope (the slope at exactly 0).
+    # With a slope >= 0, y > 0 exactly where x > 0, so it is read from y as for ReLU; a
+    # negative slope makes y > 0 for x < 0 too, and then only x can tell.
+    slope = float(orig_call.attrs.alpha)
+    x = orig_var if slope >= 0 else orig_call.args[0]
+    scaled = R.multiply(output_grad, relax.const(slope, str(x.ty.dtype)))
+    return [R.where(R.greater(x, _zero(x)), output_grad, scaled)]
 
 
 def clip_grad(orig_var, orig_call, output_grad, ctx):
@@ -199,6 +209,7 @@ def legalize_max_pool2d_backward(bb, call):
 GRADIENT_RULES = {
     "relax.nn.conv2d": conv2d_grad,
     "relax.nn.relu": relu_grad,
+    "relax.nn.leakyrelu": leakyrelu_grad,
     "relax.clip": clip_grad,
     "relax.erf": erf_grad,
     "relax.nn.gelu": gelu_grad,

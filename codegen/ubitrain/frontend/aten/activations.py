@@ -60,3 +60,9 @@ def hardsigmoid(ctx, node, x):
     # where -3 < x < 3, with no rounding of x + 3 moving an element across a bound.
     inside = ctx.emit(R.clip(x, -3.0, 3.0))
     return ctx.emit(R.add(ctx.emit(R.divide(inside, as_expr(6.0, x))), as_expr(0.5, x)))
+
+
+@converts(aten.leaky_relu.default)
+def leaky_relu(ctx, node, x, negative_slope=0.01):
+    # x > 0 ? x : x * slope, as PyTorch; the gradient is in training/gradients.py.
+    return ctx.emit(R.nn.leakyrelu(x, float(negative_slope)))
