@@ -214,6 +214,9 @@ ACTIVATIONS = {
     "leaky_relu_0.2_inplace": nn.LeakyReLU(0.2, inplace=True),
     "leaky_relu_negative_slope": nn.LeakyReLU(-0.5),
     "leaky_relu_slope_above_1": Fn(lambda x: torch.nn.functional.leaky_relu(x, 1.5)),
+    "elu": nn.ELU(),
+    "elu_0.5_inplace": nn.ELU(alpha=0.5, inplace=True),
+    "elu_negative_alpha": Fn(lambda x: torch.nn.functional.elu(x, alpha=-0.7)),
 }
 
 
@@ -238,20 +241,27 @@ KINKS = {  # name: (activation, the inputs where its derivative jumps)
     "leaky_relu": (nn.LeakyReLU(0.2), (0.0,)),
     "leaky_relu_inplace": (nn.LeakyReLU(0.2, inplace=True), (0.0,)),
     "leaky_relu_negative_slope": (nn.LeakyReLU(-0.5), (0.0,)),
+    "elu_0.5": (nn.ELU(alpha=0.5), (0.0,)),
+    "elu_2_inplace": (nn.ELU(alpha=2.0, inplace=True), (0.0,)),
 }
 
 
 @pytest.mark.parametrize("name", list(KINKS))
 def test_activation_kinks(name, tmp_path):
     """Exactly at a kink PyTorch takes one side's slope (Hardsigmoid: 0 at -3 and 3;
-    LeakyReLU: the negative slope at 0); the C must take the same side, element by element,
-    not only within the tensor's tolerance."""
+    LeakyReLU and ELU: the negative side's at 0); the C must take the same side, element by
+    element, not only within the tensor's tolerance."""
     act, kinks = KINKS[name]
     x = randint(-4, 5, 2, 3, 4, 4, seed=9)  # integers: many inputs exactly at each kink
     assert all((x == k).any() for k in kinks)
     res = check(act, (x,), tmp_path)
     at = np.isin(x.numpy(), kinks)
     np.testing.assert_allclose(res.got["grad:d_in0"][at], res.want["grad:d_in0"][at], rtol=1e-4)
+
+
+def test_elu_small_inputs(tmp_path):
+    """Inputs of 1e-5: expm1 as exp(x) - 1 in float32 would keep only two digits of y."""
+    check(nn.ELU(alpha=1.5), (randn(2, 3, 8, seed=10, scale=1e-5),), tmp_path)
 
 
 # ---- pooling and reductions ---------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tvm.relax import op as R
 
+from ...training.elu import elu
 from .registry import as_expr, aten, converts, unsupported
 
 
@@ -66,3 +67,9 @@ def hardsigmoid(ctx, node, x):
 def leaky_relu(ctx, node, x, negative_slope=0.01):
     # x > 0 ? x : x * slope, as PyTorch; the gradient is in training/gradients.py.
     return ctx.emit(R.nn.leakyrelu(x, float(negative_slope)))
+
+
+@converts(aten.elu.default)
+def _elu(ctx, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    # One fused op each way (training/elu.py): exact expm1, PyTorch's gradient from x alone.
+    return ctx.emit(elu(x, alpha, scale, input_scale))
