@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import torch
 from tvm.relax import op as R
 
 from ...training.elu import elu
-from .registry import as_expr, aten, converts, unsupported
+from .registry import as_expr, aten, converts, dtype_of, shape_of, unsupported
 
 
 @converts(aten.relu.default)
@@ -73,3 +74,33 @@ def leaky_relu(ctx, node, x, negative_slope=0.01):
 def _elu(ctx, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
     # One fused op each way (training/elu.py): exact expm1, PyTorch's gradient from x alone.
     return ctx.emit(elu(x, alpha, scale, input_scale))
+
+
+
+def _softmax_axis(ctx, name, x, dim, dtype):
+    if dtype is not None and dtype != getattr(torch, dtype_of(x)):
+        unsupported(ctx, f"{name} with dtype={dtype}", f"use {name} in the input's dtype")
+    return int(dim) % len(shape_of(x))
+
+
+# Relax's kernels subtract each row's maximum before exp, and its gradients are PyTorch's,
+# y * (dy - sum(dy * y)) and dy - exp(y) * sum(dy), from the output alone.
+@converts(aten.softmax.int)
+def softmax(ctx, node, x, dim, dtype=None):
+    return ctx.emit(R.nn.softmax(x, _softmax_axis(ctx, "softmax", x, dim, dtype)))
+
+
+@converts(aten.log_softmax.int)
+def log_softmax(ctx, node, x, dim, dtype=None):
+    return ctx.emit(R.nn.log_softmax(x, _softmax_axis(ctx, "log_softmax", x, dim, dtype)))
+
+
+# What softmax.int decomposes to; half_to_float only concerns float16 on CUDA.
+@converts(aten._softmax.default)
+def _softmax(ctx, node, x, dim, half_to_float=False):
+    return softmax(ctx, node, x, dim)
+
+
+@converts(aten._log_softmax.default)
+def _log_softmax(ctx, node, x, dim, half_to_float=False):
+    return log_softmax(ctx, node, x, dim)
