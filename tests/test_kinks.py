@@ -30,6 +30,11 @@ FAR = [0.5, -0.75, 3.0, 0.1]
     (lambda t: F.hardtanh(t, inplace=True), "hardtanh_.default", -1.0),
     (lambda t: t.clamp_(min=-2.0, max=2.0), "clamp_.default", 2.0),
     (lambda t: F.leaky_relu(t, 0.1, inplace=True), "leaky_relu_.default", 0.0),
+    (F.leaky_relu, "leaky_relu.default", 0.0),
+    (F.hardsigmoid, "hardsigmoid.default", 3.0),
+    (lambda t: F.hardsigmoid(t, inplace=True), "hardsigmoid_.default", -3.0),
+    (lambda t: F.elu(t, 0.5), "elu.default", 0.0),
+    (lambda t: F.elu(t, 2.0, inplace=True), "elu_.default", 0.0),
 ])
 def test_an_element_within_rounding_of_a_kink_is_found(op, name, kink):
     # just past the kink, on its clamped side: an in-place op measured after it ran would
@@ -42,6 +47,11 @@ def test_an_element_within_rounding_of_a_kink_is_found(op, name, kink):
 
 def test_exact_ties_are_not_near():
     assert _near(F.relu, FAR + [0.0, 0.0]) == []
+
+
+def test_the_default_elu_has_no_kink():
+    """With alpha = 1 ELU's slope is 1 on both sides of 0: nothing to be near."""
+    assert _near(F.elu, FAR + [1e-9, -1e-9]) == []
 
 
 def test_an_in_place_relu6_inside_a_model_is_recorded():

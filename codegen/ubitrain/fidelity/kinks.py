@@ -89,6 +89,13 @@ def _bounds(x, *bounds):
     return d
 
 
+def _elu(a):
+    """ELU's slope at 0 jumps from alpha * input_scale (times scale) to 1 (times scale):
+    with alpha * input_scale = 1 (the default ELU) it has no kink."""
+    alpha, _, input_scale = (list(a[1:]) + [1.0, 1.0, 1.0])[:3]
+    return a[0] if alpha * input_scale != 1 else torch.full_like(a[0], float("inf"))
+
+
 def _scalar(v):
     return float(v) if isinstance(v, (int, float)) else None
 
@@ -105,7 +112,7 @@ DISTANCES = {
     aten.hardswish.default: lambda a, out: _bounds(a[0], -3.0, 3.0),
     aten.hardsigmoid.default: lambda a, out: _bounds(a[0], -3.0, 3.0),
     aten.leaky_relu.default: lambda a, out: a[0],
-    aten.elu.default: lambda a, out: a[0],
+    aten.elu.default: lambda a, out: _elu(a),
     aten.abs.default: lambda a, out: a[0],
     aten.maximum.default: lambda a, out: a[0] - a[1],
     aten.minimum.default: lambda a, out: a[0] - a[1],

@@ -16,6 +16,7 @@ from ..errors import CompileError
 from ..kernels.microkernels.tagging import tag
 from ..training.fused_ops import fused_op_of
 from . import adaptive_pool_kernels as adaptive
+from .activation_kernels import elu, elu_backward
 from .batch_norm_kernels import batch_norm_apply, batch_norm_stats, batch_norm_train_backward
 from .cross_entropy_kernels import softmax_cross_entropy, softmax_cross_entropy_backward
 from .layer_norm_kernels import layer_norm, layer_norm_backward
@@ -52,7 +53,7 @@ FUSED_KERNELS = {
     **{f.__name__: _one_kernel(f) for f in (
         layer_norm, layer_norm_backward, softmax_cross_entropy, softmax_cross_entropy_backward,
         adaptive.adaptive_avg_pool2d, adaptive.adaptive_avg_pool2d_backward,
-        adaptive.adaptive_max_pool2d, adaptive.adaptive_max_pool2d_backward)},
+        adaptive.adaptive_max_pool2d, adaptive.adaptive_max_pool2d_backward, elu, elu_backward)},
 }
 
 

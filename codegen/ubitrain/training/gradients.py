@@ -1,9 +1,10 @@
 """Gradient rules that ubitrain registers with Relax's Gradient pass.
 
 `GRADIENT_RULES` is a table `{relax op: rule}`. It fills the gaps of TVM 0.27 (`relax.clip`,
-`relax.erf`, `relax.strided_slice`) and replaces rules whose tie-breaking differs from
-PyTorch: PyTorch gives ReLU zero gradient at exactly 0 and Hardtanh/ReLU6 zero gradient at
-both bounds, which matters because ReLU outputs feed exact zeros into later activations.
+`relax.erf`, `relax.strided_slice`, `relax.nn.leakyrelu`) and replaces rules whose
+tie-breaking differs from PyTorch: PyTorch gives ReLU zero gradient at exactly 0 and
+Hardtanh/ReLU6 zero gradient at both bounds, which matters because ReLU outputs feed exact
+zeros into later activations.
 
 It replaces TVM's `relax.variance` rule, which cancels catastrophically (see
 `variance_grad`), and its `relax.nn.conv2d` rule, which sizes the input gradient with the
@@ -23,7 +24,7 @@ from tvm.relax.op.base import register_gradient
 from tvm.relax.op.grad import no_grad
 
 from ..kernels.microkernels.tagging import tag
-from . import adaptive_pool, batch_norm, layer_norm, softmax_cross_entropy
+from . import adaptive_pool, batch_norm, elu, layer_norm, softmax_cross_entropy
 from .fused_ops import fused_gradient
 from .pool_grad import avg_pool2d_backward, max_pool2d_backward
 
@@ -41,6 +42,16 @@ def relu_grad(orig_var, orig_call, output_grad, ctx):
     # pass (and the ReLU run in place over it).
     y = orig_var
     return [R.where(R.greater(y, _zero(y)), output_grad, _zero(y))]
+
+
+def leakyrelu_grad(orig_var, orig_call, output_grad, ctx):
+    # TVM 0.27 has no rule. PyTorch's: x > 0 ? dy : dy * slope (the slope at exactly 0).
+    # With a slope >= 0, y > 0 exactly where x > 0, so it is read from y as for ReLU; a
+    # negative slope makes y > 0 for x < 0 too, and then only x can tell.
+    slope = float(orig_call.attrs.alpha)
+    x = orig_var if slope >= 0 else orig_call.args[0]
+    scaled = R.multiply(output_grad, relax.const(slope, str(x.ty.dtype)))
+    return [R.where(R.greater(x, _zero(x)), output_grad, scaled)]
 
 
 def clip_grad(orig_var, orig_call, output_grad, ctx):
@@ -228,6 +239,7 @@ def legalize_max_pool2d_backward(bb, call):
 GRADIENT_RULES = {
     "relax.nn.conv2d": conv2d_grad,
     "relax.nn.relu": relu_grad,
+    "relax.nn.leakyrelu": leakyrelu_grad,
     "relax.clip": clip_grad,
     "relax.erf": erf_grad,
     "relax.nn.gelu": gelu_grad,
@@ -241,6 +253,7 @@ GRADIENT_RULES = {
         softmax_cross_entropy.FORWARD: softmax_cross_entropy.softmax_cross_entropy_grad,
         adaptive_pool.AVG: adaptive_pool.adaptive_avg_pool2d_grad,
         adaptive_pool.MAX: adaptive_pool.adaptive_max_pool2d_grad,
+        elu.FORWARD: elu.elu_grad,
     }),
 }
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import torch
 from tvm.relax import op as R
 
-from .registry import as_expr, aten, converts, unsupported
+from ...training.elu import elu
+from .registry import as_expr, aten, converts, dtype_of, shape_of, unsupported
 
 
 @converts(aten.relu.default)
@@ -51,3 +53,54 @@ def gelu(ctx, node, x, approximate="none"):
     if approximate == "none":
         return ctx.emit(R.nn.gelu(x))
     unsupported(ctx, f"GELU approximate={approximate!r}", "use 'none' or 'tanh'")
+
+
+@converts(aten.hardsigmoid.default)
+def hardsigmoid(ctx, node, x):
+    # PyTorch computes clip(x + 3, 0, 6) / 6; clipping x itself to [-3, 3] gives the same
+    # values, and clip's gradient (training/gradients.py) is then PyTorch's exact rule, 1/6
+    # where -3 < x < 3, with no rounding of x + 3 moving an element across a bound.
+    inside = ctx.emit(R.clip(x, -3.0, 3.0))
+    return ctx.emit(R.add(ctx.emit(R.divide(inside, as_expr(6.0, x))), as_expr(0.5, x)))
+
+
+@converts(aten.leaky_relu.default)
+def leaky_relu(ctx, node, x, negative_slope=0.01):
+    # x > 0 ? x : x * slope, as PyTorch; the gradient is in training/gradients.py.
+    return ctx.emit(R.nn.leakyrelu(x, float(negative_slope)))
+
+
+@converts(aten.elu.default)
+def _elu(ctx, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    # One fused op each way (training/elu.py): exact expm1, PyTorch's gradient from x alone.
+    return ctx.emit(elu(x, alpha, scale, input_scale))
+
+
+
+def _softmax_axis(ctx, name, x, dim, dtype):
+    if dtype is not None and dtype != getattr(torch, dtype_of(x)):
+        unsupported(ctx, f"{name} with dtype={dtype}", f"use {name} in the input's dtype")
+    return int(dim) % len(shape_of(x))
+
+
+# Relax's kernels subtract each row's maximum before exp, and its gradients are PyTorch's,
+# y * (dy - sum(dy * y)) and dy - exp(y) * sum(dy), from the output alone.
+@converts(aten.softmax.int)
+def softmax(ctx, node, x, dim, dtype=None):
+    return ctx.emit(R.nn.softmax(x, _softmax_axis(ctx, "softmax", x, dim, dtype)))
+
+
+@converts(aten.log_softmax.int)
+def log_softmax(ctx, node, x, dim, dtype=None):
+    return ctx.emit(R.nn.log_softmax(x, _softmax_axis(ctx, "log_softmax", x, dim, dtype)))
+
+
+# What softmax.int decomposes to; half_to_float only concerns float16 on CUDA.
+@converts(aten._softmax.default)
+def _softmax(ctx, node, x, dim, half_to_float=False):
+    return softmax(ctx, node, x, dim)
+
+
+@converts(aten._log_softmax.default)
+def _log_softmax(ctx, node, x, dim, half_to_float=False):
+    return log_softmax(ctx, node, x, dim)
