@@ -230,3 +230,26 @@ def test_an_int64_buffer_used_as_an_index_names_the_op(tmp_path):
     with pytest.raises(ub.UnsupportedOpError, match=r"aten\.index\.Tensor is not supported"):
         ub.compile(Permute(), (torch.randn(4, 4),), torch.zeros(4, dtype=torch.int64),
                    out_dir=tmp_path / "m")
+
+
+def test_int8_leaves_requires_grad_false_weights_alone(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(4 * 8 * 8, 5, bias=False))
+    model[0].requires_grad_(False)
+    g = np.random.default_rng(0)
+    x = g.standard_normal((4, 1, 8, 8)).astype(np.float32)
+    y = g.integers(0, 5, 4)
+    pkg = ub.compile(model, (torch.from_numpy(x),), torch.from_numpy(y), precision="int8",
+                     out_dir=tmp_path / "m")
+    assert pkg.trainable == ["3.weight"]
+    initial = {k: v.copy() for k, (v, _) in pkg.layer_program.weights.items()}
+    with pkg.build() as trainer:
+        for _ in range(3):
+            trainer.step(x, y)
+        state = trainer.int8_state()
+    assert np.array_equal(state["0.weight"], initial["0.weight"])
+    assert not np.array_equal(state["3.weight"], initial["3.weight"])
+    with pytest.raises(ub.CompileError, match=r"\['0.weight'\], which have requires_grad"):
+        ub.compile(model, (torch.from_numpy(x),), torch.from_numpy(y), precision="int8",
+                   trainable=["0.weight", "3.weight"], out_dir=tmp_path / "m2")
