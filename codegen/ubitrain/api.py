@@ -58,6 +58,7 @@ class Package:
     kernel_count: int = 0
     compile_seconds: float = 0.0
     frozen_in_flash: list[str] = field(default_factory=list)  # state kept as const data
+    aliases: dict[str, str] = field(default_factory=dict)  # tied tensor's name -> its slot's
 
     def build(self, seed: int = 0, progress: bool | None = None,
               arena_fill: int = 0) -> HostTrainer:
@@ -244,4 +245,5 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
                    inputs=inputs, labels=label_slot, output=output, classes=classes,
                    trainable=tm.trainable, programs={"train_step": train, "predict": predict},
                    kernel_count=len(library.kernels), frozen_in_flash=list(frozen),
+                   aliases=tm.graph.aliases(),
                    compile_seconds=time.perf_counter() - start)

@@ -30,6 +30,7 @@ class StateTensor:
     value: np.ndarray
     is_parameter: bool
     requires_grad: bool = True  # False: a parameter the user froze (PyTorch never updates it)
+    aliases: tuple[str, ...] = ()  # its other state_dict names (a tied parameter's)
 
 
 @dataclass
@@ -43,6 +44,13 @@ class ForwardGraph:
     output: relax.Expr
     buffer_updates: dict[str, relax.Expr] = field(default_factory=dict)
     dropout_masks: list[tuple[relax.Var, float]] = field(default_factory=list)
+    # every state_dict name in model order, a tied tensor's aliases included (empty: the
+    # names of `state`)
+    state_names: list[str] = field(default_factory=list)
+
+    def aliases(self) -> dict[str, str]:
+        """{other name: state name} of the tensors that several modules share."""
+        return {a: s.name for s in self.state for a in s.aliases}
 
 
 def c_name(name: str) -> str:

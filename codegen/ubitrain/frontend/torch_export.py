@@ -43,6 +43,18 @@ def export_module(model: torch.nn.Module, example_inputs: tuple, training: bool)
     return exported
 
 
+def _state_names(model: torch.nn.Module) -> tuple[dict, dict]:
+    """({name: tensor}, {name: canonical name}) over every state_dict name. A tensor that
+    several modules share (`b.weight = a.weight`, a tied embedding and output layer) is one
+    state tensor under its first name, as one tensor in PyTorch: its gradient is the sum of
+    every use's, and it has one optimizer state."""
+    tensors = {**dict(model.named_parameters(remove_duplicate=False)),
+               **dict(model.named_buffers(remove_duplicate=False))}
+    first: dict[int, str] = {}
+    canonical = {name: first.setdefault(id(t), name) for name, t in tensors.items()}
+    return tensors, canonical
+
+
 def _module_path(node) -> str:
     stack = node.meta.get("nn_module_stack") or {}
     if not stack:
@@ -91,8 +103,8 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
     exported = export_module(model, example_inputs, training)
     check_supported(exported)
     signature = exported.graph_signature
-    state_dict = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    param_names = set(dict(model.named_parameters()))
+    state_dict, canonical = _state_names(model)
+    param_names = set(dict(model.named_parameters(remove_duplicate=False)))
 
     bb = relax.BlockBuilder()
     env: dict = {}
@@ -102,12 +114,16 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
     for spec, node in zip(signature.input_specs, placeholders):
         kind, target = spec.kind.name, spec.target
         if kind in ("PARAMETER", "BUFFER"):
-            tensor = state_dict[target].detach()
-            var = relax.Var(c_name(target), relax.TensorType(tuple(tensor.shape),
-                                                            _dtype_name(tensor.dtype)))
-            state.append(StateTensor(target, tensor.cpu().numpy().copy(), target in param_names,
-                                     bool(state_dict[target].requires_grad)))
-            state_vars[target] = var
+            name = canonical[target]  # a tied tensor's placeholders all read its one slot
+            if name not in state_vars:
+                tensor = state_dict[name].detach()
+                state_vars[name] = relax.Var(c_name(name), relax.TensorType(
+                    tuple(tensor.shape), _dtype_name(tensor.dtype)))
+                aliases = tuple(a for a, c in canonical.items() if c == name and a != name)
+                state.append(StateTensor(name, tensor.cpu().numpy().copy(),
+                                         name in param_names,
+                                         bool(state_dict[name].requires_grad), aliases))
+            var = state_vars[name]
         elif kind == "CONSTANT_TENSOR":  # a plain tensor attribute: part of the graph
             var = relax.const(exported.constants[target].detach().cpu().numpy())
         else:
@@ -122,7 +138,8 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
                                           _dtype_name(example.dtype)))
         env[node] = var
 
-    mutation_targets = {o.arg.name: o.target for o in signature.output_specs
+    mutation_targets = {o.arg.name: canonical.get(o.target, o.target)
+                        for o in signature.output_specs
                         if o.kind.name == "BUFFER_MUTATION"}
     # An in-place op on a model input (`F.relu(x, inplace=True)`) exports the input's new
     # value as an extra output; the step does not write the caller's batch back.
@@ -143,7 +160,9 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
         updates = {mutation_targets[o.name]: env[o] for o in outputs if o.name in mutation_targets}
         return user_outputs, updates
 
-    return emit_forward(ctx, inputs, input_specs, state, state_vars, body, extend)
+    mod, graph = emit_forward(ctx, inputs, input_specs, state, state_vars, body, extend)
+    graph.state_names = list(canonical)
+    return mod, graph
 
 
 def _convert(ctx: ConvertContext, node, env):

@@ -51,17 +51,26 @@ def _package_type():
     return Int8Package
 
 
-def freeze(program: LayerProgram, trainable) -> None:
+def freeze(program: LayerProgram, trainable, no_grad: frozenset = frozenset()) -> None:
     """Train only the weights `trainable` names (a list, one name, or a SparseUpdate of whole
-    layers); the others stay as they are and get no gradient."""
+    layers; None: all) that are not in `no_grad` (requires_grad=False, which PyTorch never
+    updates); the others stay as they are and get no gradient."""
     names = list(program.weights)
-    if isinstance(trainable, SparseUpdate):
+    if trainable is None:
+        chosen = names
+    elif isinstance(trainable, SparseUpdate):
         if trainable.channels:
             raise CompileError("precision='int8' trains whole weights; SparseUpdate(channels="
                                "...) is fp32 only (use last_layers=k or a list of names)")
         chosen = trainable.select(names)
     else:
         chosen = [trainable] if isinstance(trainable, str) else list(trainable)
+        named_frozen = [t for t in chosen if t in no_grad]
+        if named_frozen:
+            raise CompileError(f"trainable names {named_frozen}, which have requires_grad="
+                               "False: PyTorch would not train them. Call requires_grad_(True) "
+                               "on them or leave them out of trainable")
+    chosen = [t for t in chosen if t not in no_grad]
     unknown = [t for t in chosen if t not in names]
     if unknown or not chosen:
         raise CompileError(f"trainable={trainable!r}: precision='int8' trains conv and linear "
@@ -105,8 +114,10 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
         program = lower_onnx(onnx_model, x.float(), config.float_fallback)
     else:
         program = lower_module(model, x.float(), config.float_fallback)
-    if trainable is not None:
-        freeze(program, trainable)
+    no_grad = frozenset() if onnx_model is not None else frozenset(
+        n for n, p in model.named_parameters() if not p.requires_grad)
+    if trainable is not None or no_grad:
+        freeze(program, trainable, no_grad)
     if program.classes > MAX_CLASSES:
         raise CompileError(f"precision='int8': {program.classes} classes; the integer softmax "
                            f"gradient supports at most {MAX_CLASSES}")

@@ -151,10 +151,18 @@ class TrainerBase:
         self._check(status, f"get_tensor({self.tensors[i][0]})")
         return out
 
+    @property
+    def _aliases(self) -> dict[str, str]:
+        """{other name: tensor table name} of the tensors tied in the model."""
+        return getattr(self.package, "aliases", None) or {}
+
     def parameters(self) -> dict[str, np.ndarray]:
-        """Parameters and buffers, by the model's state_dict names."""
-        return {t[0]: self._read(i) for i, t in enumerate(self.tensors)
-                if t[1] in (PARAMETER, BUFFER)}
+        """Parameters and buffers, by the model's state_dict names: a tied tensor under each
+        of its names, as one array (as PyTorch's state_dict lists one tensor)."""
+        out = {t[0]: self._read(i) for i, t in enumerate(self.tensors)
+               if t[1] in (PARAMETER, BUFFER)}
+        out.update({alias: out[name] for alias, name in self._aliases.items()})
+        return out
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
         return {t[0]: self._read(i) for i, t in enumerate(self.tensors)
@@ -175,18 +183,25 @@ class TrainerBase:
         if not isinstance(values, dict):
             raise InputError(f"load_parameters takes a dict name -> array, got "
                              f"{type(values).__name__}")
-        unknown = [k for k in values if k not in by_name]
+        aliases = self._aliases
+        unknown = [k for k in values if aliases.get(k, k) not in by_name]
         if unknown:
-            raise InputError(f"unknown parameter names {unknown}; known: {list(by_name)}")
-        checked = []
-        for name, value in values.items():
+            raise InputError(f"unknown parameter names {unknown}; known: "
+                             f"{list(by_name) + list(aliases)}")
+        checked = {}
+        for key, value in values.items():
+            name = aliases.get(key, key)  # a tied tensor's other name: its one tensor
             i = by_name[name]
             _, _, dtype, shape, _ = self.tensors[i]
-            arr = self._as_array(value, shape, dtype, f"parameter '{name}'")
+            arr = self._as_array(value, shape, dtype, f"parameter '{key}'")
+            if name in checked and not np.array_equal(arr, checked[name][2]):
+                raise InputError(f"parameters '{checked[name][0]}' and '{key}' are one tensor "
+                                 "tied in the model, and the values given differ; give one of "
+                                 "them, or the same value under both")
             if name in self.package.frozen_in_flash and not np.array_equal(arr, self._read(i)):
-                raise InputError(f"parameter '{name}' is frozen and kept in flash (read-only): "
+                raise InputError(f"parameter '{key}' is frozen and kept in flash (read-only): "
                                  "it takes only the value it has; compile with it trainable "
                                  "to change it")
-            checked.append((name, i, arr))
-        for name, i, arr in checked:
+            checked.setdefault(name, (key, i, arr))
+        for name, i, arr in checked.values():
             self._check(self._set(i, arr), f"set_tensor({name})")

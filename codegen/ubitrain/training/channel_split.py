@@ -50,9 +50,16 @@ def plan_splits(graph: ForwardGraph, fractions: dict[str, float]) -> list[Channe
     """One split per `{layer: fraction}` entry; k = ceil(fraction * O) (all: no split)."""
     values = {s.name: s.value for s in graph.state if s.is_parameter}
     layers = sorted({name.rsplit(".", 1)[0] for name in values if "." in name})
-    splits = []
+    splits, aliases = [], graph.aliases()
     for layer, fraction in fractions.items():
         weight = f"{layer}.weight"
+        name = aliases.get(weight, weight)
+        tied = [n for n in [name, *aliases] if aliases.get(n, n) == name and n != weight]
+        if tied:  # its rows would need splitting under every name at once
+            raise CompileError(f"SparseUpdate(channels={{{layer!r}: ...}}): {weight} is tied "
+                               f"to {', '.join(tied)} (one tensor); "
+                               "a tied weight trains whole or not at all: use last_layers=k "
+                               "or a list of names")
         if weight not in values:
             raise CompileError(f"SparseUpdate(channels={{{layer!r}: ...}}): the model has no "
                                f"layer {layer!r} with a weight; its layers: {', '.join(layers)}")
@@ -108,7 +115,8 @@ def split_channels(mod: tvm.IRModule, graph: ForwardGraph,
     new_graph = ForwardGraph(inputs=graph.inputs, input_specs=graph.input_specs, state=state,
                              state_vars=state_vars, output=graph.output,
                              buffer_updates=graph.buffer_updates,
-                             dropout_masks=graph.dropout_masks)
+                             dropout_masks=graph.dropout_masks,
+                             state_names=graph.state_names)
     return out, new_graph
 
 

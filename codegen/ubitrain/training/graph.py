@@ -37,23 +37,32 @@ class TrainingModule:
 
 
 def resolve_trainable(graph: ForwardGraph, trainable, reach_loss: set[str]) -> list[str]:
-    """The parameters that train: `trainable`'s (all that require a gradient when None),
-    less those the loss does not depend on, which PyTorch leaves alone too (no gradient, so
-    its optimizers skip them: no weight decay, no momentum)."""
-    params = [s.name for s in graph.state if s.is_parameter]
+    """The parameters that train: those `trainable` selects (None: all) that require a
+    gradient, less those the loss does not depend on, which PyTorch leaves alone too (no
+    gradient, so its optimizers skip them: no weight decay, no momentum). A tied parameter
+    is selected by any of its names and trains once, under its first."""
+    aliases = graph.aliases()
+    params = {s.name: s for s in graph.state if s.is_parameter}
+    names = [n for n in graph.state_names or params if aliases.get(n, n) in params]
     if trainable is None:
-        chosen = [s.name for s in graph.state if s.is_parameter and s.requires_grad]
+        chosen = list(params)
     elif isinstance(trainable, SparseUpdate):
-        chosen = trainable.select(params)
+        chosen = trainable.select(names)  # a rule: it skips frozen parameters, as PyTorch
     else:
         if isinstance(trainable, str):
             trainable = [trainable]
-        unknown = [t for t in trainable if t not in params]
+        unknown = [t for t in trainable if t not in names]
         if unknown:
             raise CompileError(f"trainable names {unknown} are not parameters of the model; "
-                               f"its parameters are: {', '.join(params)}")
-        chosen = [p for p in params if p in set(trainable)]
-    return [p for p in chosen if p in reach_loss]
+                               f"its parameters are: {', '.join(names)}")
+        frozen = [t for t in trainable if not params[aliases.get(t, t)].requires_grad]
+        if frozen:
+            raise CompileError(f"trainable names {frozen}, which have requires_grad=False: "
+                               "PyTorch would not train them. Call requires_grad_(True) on "
+                               "them or leave them out of trainable")
+        chosen = trainable
+    chosen = {aliases.get(n, n) for n in chosen}
+    return [p for p, s in params.items() if p in chosen and s.requires_grad and p in reach_loss]
 
 
 def state_reaching_loss(func: relax.Function, graph: ForwardGraph) -> set[str]:
