@@ -23,7 +23,7 @@ from tvm.relax.op.base import register_gradient
 from tvm.relax.op.grad import no_grad
 
 from ..kernels.microkernels.tagging import tag
-from . import adaptive_pool, batch_norm, layer_norm, softmax_cross_entropy
+from . import adaptive_pool, batch_norm, embedding, layer_norm, softmax_cross_entropy
 from .fused_ops import fused_gradient
 from .pool_grad import avg_pool2d_backward, max_pool2d_backward
 
@@ -241,6 +241,7 @@ GRADIENT_RULES = {
         softmax_cross_entropy.FORWARD: softmax_cross_entropy.softmax_cross_entropy_grad,
         adaptive_pool.AVG: adaptive_pool.adaptive_avg_pool2d_grad,
         adaptive_pool.MAX: adaptive_pool.adaptive_max_pool2d_grad,
+        embedding.FORWARD: embedding.embedding_grad,
     }),
 }
 
