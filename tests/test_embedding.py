@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from op_harness import RTOL, rel_err
+from test_targets import require_tools
 from torch import nn
 
 import ubitrain as ub
@@ -112,6 +113,23 @@ def test_ids_are_checked(sgd_trainer):
     assert all(np.array_equal(before[k], after[k]) for k in before)
     # int32 ids are the same ids
     assert np.array_equal(trainer.predict(IDS.int()), trainer.predict(IDS))
+
+
+def test_embedding_on_cortex_m4(tmp_path):
+    """The int64 ids cross to the emulated board, which checks them itself too."""
+    require_tools("cortex-m4")
+    model = _model()
+    trainer = ub.compile(model, (IDS,), LABELS, optimizer=ub.SGD(lr=1.0), target="cortex-m4",
+                         out_dir=tmp_path / "m4").build()
+    p0 = trainer.parameters()
+    trainer.step(IDS, LABELS)
+    ref = copy.deepcopy(model).double()
+    nn.functional.cross_entropy(ref(IDS), LABELS).backward()
+    assert rel_err(p0["tok.weight"] - trainer.parameters()["tok.weight"],
+                   ref.tok.weight.grad.numpy()) < RTOL
+    bad = IDS.clone()
+    bad[2, 1] = VOCAB
+    assert trainer._train_step([bad.numpy()], LABELS.numpy())[0] == -14
 
 
 @pytest.mark.parametrize("optimizer", ["sgd_momentum", "adam"])
