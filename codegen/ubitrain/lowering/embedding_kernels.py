@@ -27,6 +27,10 @@ def embedding(weight, ids, padding_idx: int, acc: str):
 def embedding_backward(dy, ids, num_embeddings: int, padding_idx: int, acc: str):
     n, dim = (int(d) for d in dy.shape)
 
+    def add_row(dw, dy_buf, row, i):
+        with T.serial(dim) as j:
+            T.buffer_store(dw, dw[row, j] + dy_buf[i, j], [row, j])
+
     def scatter(ins, outs):
         dy_buf, ids_buf = ins
         (dw,) = outs
@@ -37,15 +41,12 @@ def embedding_backward(dy, ids, num_embeddings: int, padding_idx: int, acc: str)
                         T.buffer_store(dw, tirx.const(0, dw.dtype), [v, j])
                 with T.serial(n) as i:
                     row = ids_buf[i]
-                    body = T.serial(dim)
-                    if padding_idx >= 0:
+                    if padding_idx < 0:
+                        add_row(dw, dy_buf, row, i)
+                    else:
                         with T.If(row != tirx.const(padding_idx, ids_buf.dtype)):
                             with T.Then():
-                                with body as j:
-                                    T.buffer_store(dw, dw[row, j] + dy_buf[i, j], [row, j])
-                    else:
-                        with body as j:
-                            T.buffer_store(dw, dw[row, j] + dy_buf[i, j], [row, j])
+                                add_row(dw, dy_buf, row, i)
         return ib.get()
 
     # buffers declared here have no symbolic element offset, which the C printer would need
