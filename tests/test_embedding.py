@@ -27,9 +27,9 @@ class Classifier(nn.Module):
     """Embedding, mean over the tokens, linear: the smallest text classifier; `positions`
     adds a learned position embedding indexed by a constant (torch.arange)."""
 
-    def __init__(self, positions: bool = False):
+    def __init__(self, positions: bool = False, scale_grad_by_freq: bool = False):
         super().__init__()
-        self.tok = nn.Embedding(VOCAB, DIM, padding_idx=0)
+        self.tok = nn.Embedding(VOCAB, DIM, padding_idx=0, scale_grad_by_freq=scale_grad_by_freq)
         self.pos = nn.Embedding(TOKENS, DIM) if positions else None
         self.fc = nn.Linear(DIM, CLASSES)
 
@@ -40,9 +40,9 @@ class Classifier(nn.Module):
         return self.fc(h.mean(dim=1))
 
 
-def _model(positions=False) -> Classifier:
+def _model(positions=False, scale_grad_by_freq=False) -> Classifier:
     torch.manual_seed(0)
-    model = Classifier(positions)
+    model = Classifier(positions, scale_grad_by_freq)
     with torch.no_grad():  # a nonzero padding row: PyTorch still gives it no gradient
         model.tok.weight[0] = torch.linspace(-1, 1, DIM)
     return model
@@ -70,9 +70,16 @@ def sgd_trainer(tmp_path_factory):
     return model, pkg.build()
 
 
-def test_embedding_forward_and_gradient_match_pytorch(sgd_trainer):
-    model, trainer = sgd_trainer
-    trainer.load_parameters({k: v.numpy() for k, v in model.state_dict().items()})
+@pytest.mark.parametrize("scale_grad_by_freq", [False, True])
+def test_embedding_forward_and_gradient_match_pytorch(scale_grad_by_freq, sgd_trainer,
+                                                      tmp_path):
+    if scale_grad_by_freq:  # each id's gradient divided by its count in the batch
+        model = _model(scale_grad_by_freq=True)
+        trainer = ub.compile(model, (IDS,), LABELS, optimizer=ub.SGD(lr=1.0),
+                             out_dir=tmp_path / "freq").build()
+    else:
+        model, trainer = sgd_trainer
+        trainer.load_parameters({k: v.numpy() for k, v in model.state_dict().items()})
     ref = copy.deepcopy(model).double()
     assert rel_err(trainer.predict(IDS), ref(IDS).detach().numpy()) < RTOL
     p0 = trainer.parameters()
@@ -164,8 +171,6 @@ class _Wrap(nn.Module):
 
 
 @pytest.mark.parametrize("fn, match", [
-    (lambda m, ids: nn.functional.embedding(ids, m.emb.weight, scale_grad_by_freq=True),
-     "scale_grad_by_freq"),
     (lambda m, ids: nn.functional.embedding(ids, m.emb.weight, sparse=True), "sparse"),
     (lambda m, ids: m.emb(ids + 1), "ids computed inside the model"),
     (lambda m, ids: m.emb(ids) + m.emb(torch.arange(VOCAB - 2, VOCAB + 3)),
@@ -174,3 +179,10 @@ class _Wrap(nn.Module):
 def test_unsupported_embeddings_are_refused(fn, match, tmp_path):
     with pytest.raises(ub.UnsupportedOpError, match=match):
         ub.compile(_Wrap(fn), (IDS,), LABELS, out_dir=tmp_path / "m")
+
+
+def test_frequency_scaling_is_refused_with_micro_batches(tmp_path):
+    """The counts are of the whole batch; a micro-batch would count only its own ids."""
+    with pytest.raises(ub.CompileError, match="scale_grad_by_freq"):
+        ub.compile(_model(scale_grad_by_freq=True), (IDS,), LABELS, micro_batches=2,
+                   out_dir=tmp_path / "m")

@@ -7,8 +7,8 @@ that input before any kernel runs and returns UB_ERR_INDEX_RANGE (the trainer ra
 InputError), and a constant is checked now. Any op other than a view between the input and
 the embedding could change the ids, so it is refused rather than checked on the wrong values.
 
-The gradient is a scatter-add into the table with no gradient for `padding_idx`
-(training/embedding.py).
+The gradient is a scatter-add into the table with no gradient for `padding_idx`, each row
+scaled by 1 / its id's count in the batch with `scale_grad_by_freq` (training/embedding.py).
 """
 
 from __future__ import annotations
@@ -45,8 +45,6 @@ def _input_of(node) -> torch.fx.Node | None:
 def _embedding(ctx, node, weight, ids, padding_idx=-1, scale_grad_by_freq=False,
                sparse=False):
     num, dim = shape_of(weight)
-    if scale_grad_by_freq:
-        unsupported(ctx, "Embedding(scale_grad_by_freq=True)", "leave scale_grad_by_freq False")
     if sparse:
         unsupported(ctx, "Embedding(sparse=True) (a sparse gradient)",
                     "use sparse=False: ubitrain updates the table densely")
@@ -70,6 +68,6 @@ def _embedding(ctx, node, weight, ids, padding_idx=-1, scale_grad_by_freq=False,
     # PyTorch passes -1 for "no padding row" (nn.Embedding has already made a negative one
     # count from the end)
     padding_idx = int(padding_idx) if padding_idx is not None and padding_idx >= 0 else -1
-    rows = embedding(ctx.bb, weight, flat, padding_idx)
+    rows = embedding(ctx.bb, weight, flat, padding_idx, bool(scale_grad_by_freq))
     return reshape_to(ctx, rows, [*shape, dim])
 
