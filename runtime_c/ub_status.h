@@ -16,5 +16,6 @@
 #define UB_ERR_CHECKPOINT_MISMATCH (-11) /* the checkpoint is of another model or size */
 #define UB_ERR_NO_PAGE_STORAGE (-12) /* the plan pages tensors and no storage was set */
 #define UB_ERR_READ_ONLY (-13)       /* the tensor is frozen in flash; only its value fits */
+#define UB_ERR_INDEX_RANGE (-14)     /* an embedding id of an input is outside its table */
 
 #endif

@@ -20,6 +20,7 @@ class TensorSpec:
     name: str
     shape: tuple[int, ...]
     dtype: str
+    index_bound: int | None = None  # embedding ids: every value must lie in [0, bound)
 
 
 @dataclass

@@ -145,7 +145,8 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
     # value as an extra output; the step does not write the caller's batch back.
     input_mutations = {o.arg.name for o in signature.output_specs
                        if o.kind.name == "USER_INPUT_MUTATION"}
-    ctx = ConvertContext(bb=bb, training=training)
+    ctx = ConvertContext(bb=bb, training=training,
+                         model_inputs=frozenset(s.name for s in input_specs))
 
     def body():
         outputs = []
@@ -158,6 +159,8 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
         user_outputs = [env[o] for o in outputs
                         if o.name not in mutation_targets and o.name not in input_mutations]
         updates = {mutation_targets[o.name]: env[o] for o in outputs if o.name in mutation_targets}
+        for spec in input_specs:  # embedding ids: the step checks them (frontend/aten/embedding)
+            spec.index_bound = ctx.index_bounds.get(spec.name)
         return user_outputs, updates
 
     mod, graph = emit_forward(ctx, inputs, input_specs, state, state_vars, body, extend)

@@ -60,14 +60,26 @@ def accumulator_bytes(program: Program) -> int:
     return sum(s.nbytes for s in program.lifetimes() if s.kind == "accumulator")
 
 
+def frequency_scaled_embeddings(model) -> list[str]:
+    """Embeddings that scale their gradient by each id's count in the whole batch, which a
+    micro-batch cannot see (so micro-batching refuses them rather than train otherwise)."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        return []
+    return [name or "Embedding" for name, m in model.named_modules()
+            if isinstance(m, torch.nn.Embedding) and m.scale_grad_by_freq]
+
+
 def batch_coupled_layers(model, tm) -> list[str]:
-    """Layers whose training-mode output depends on the other samples of the batch."""
+    """Layers whose training-mode output or gradient depends on the other samples of the
+    batch."""
     import torch
 
     if isinstance(model, torch.nn.Module):
         norm = torch.nn.modules.batchnorm._BatchNorm
         names = [name or type(m).__name__ for name, m in model.named_modules()
-                 if isinstance(m, norm)]
+                 if isinstance(m, norm)] + frequency_scaled_embeddings(model)
     else:  # an ONNX ModelProto
         names = [n.name or n.op_type for n in getattr(getattr(model, "graph", None), "node", [])
                  if n.op_type == "BatchNormalization"]

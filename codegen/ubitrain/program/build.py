@@ -151,7 +151,8 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
     state, opt_state, parts = _state_slots(tm, optimizer)
     g = tm.graph
     k = tm.micro_batches  # > 1: the functions run on B/k samples (program/micro_batch.py)
-    inputs = [Slot(spec.name, whole_batch(spec.shape, k), spec.dtype, "input")
+    inputs = [Slot(spec.name, whole_batch(spec.shape, k), spec.dtype, "input",
+                   index_bound=spec.index_bound)
               for spec in g.input_specs]  # the whole batch: the C API
     labels = Slot("labels", tm.labels_shape, tm.labels_dtype, "label")
     step_io = inputs + [labels]

@@ -37,6 +37,7 @@ class Slot:
     offset: int = 0  # bytes into view_of's storage (a part of a weight trained by channels)
     label: str | None = None  # the user-facing name (state_dict name) of a state slot
     in_place: bool = False  # a view because a kernel writes it over its dying input
+    index_bound: int | None = None  # a model input of embedding ids: each lies in [0, bound)
 
     @property
     def nbytes(self) -> int:

@@ -60,11 +60,12 @@ class _Io:
     shape: list
     elements: int
     ctype: str
+    index_bound: int | None = None  # embedding ids: the step checks each is in [0, bound)
 
 
 def _io(slot: Slot, name: str | None = None) -> _Io:
     return _Io(name or slot.name, slot.dtype, list(slot.shape), int(np.prod(slot.shape)),
-               c_type(slot.dtype))
+               c_type(slot.dtype), slot.index_bound)
 
 
 class _CallPrinter:

@@ -30,10 +30,12 @@ STATUS_TEXT = {
     -12: "the memory plan pages tensors and no page storage was set (set_storage)",
     -13: "the tensor is frozen and kept in flash (read-only): it takes only the value it "
          "has; compile with it trainable to change it",
+    -14: "an embedding id of an input is outside [0, num_embeddings)",
 }
 DTYPES = {0: np.float32, 1: np.int64, 2: np.int32, 3: np.int8}
 PARAMETER, BUFFER, OPTIMIZER_STATE = 0, 1, 2
 LABEL_RANGE = -5  # UB_ERR_LABEL_RANGE
+INDEX_RANGE = -14  # UB_ERR_INDEX_RANGE
 BATCH_HINT = "the batch size is fixed at compile time: recompile for another one"
 
 
@@ -60,8 +62,14 @@ class TrainerBase:
         specs = self.package.inputs
         if len(xs) != len(specs):
             raise InputError(f"the model takes {len(specs)} input tensor(s), got {len(xs)}")
-        return [self._as_array(x, spec.shape, spec.dtype, f"input '{spec.name}'", BATCH_HINT)
-                for x, spec in zip(xs, specs)]
+        arrays = [self._as_array(x, spec.shape, spec.dtype, f"input '{spec.name}'", BATCH_HINT)
+                  for x, spec in zip(xs, specs)]
+        for x, spec in zip(arrays, specs):  # PyTorch raises IndexError for these
+            bound = spec.index_bound
+            if bound is not None and x.size and (x.min() < 0 or x.max() >= bound):
+                raise InputError(f"input '{spec.name}' holds embedding ids from {x.min()} to "
+                                 f"{x.max()}; they must lie in [0, {bound}) (num_embeddings)")
+        return arrays
 
     @staticmethod
     def _as_array(x, shape, dtype, what, hint: str = "") -> np.ndarray:
@@ -112,7 +120,8 @@ class TrainerBase:
     def _ready(self, batch):
         """`(xs, y)` as they are when every array of `batch` is a C-contiguous numpy array of
         the compiled shape and dtype, else None. The C checks the class labels itself
-        (UB_ERR_LABEL_RANGE), so a batch in the compiled layout needs no other check."""
+        (UB_ERR_LABEL_RANGE) and embedding ids (UB_ERR_INDEX_RANGE), so a batch in the
+        compiled layout needs no other check."""
         specs = self._layout
         if len(batch) != len(specs):
             return None
@@ -131,8 +140,8 @@ class TrainerBase:
         """`trainer.step(x, y)`: one training step; returns the loss."""
         xs, y = self._ready(batch) or self._batch(batch)
         status, loss = self._train_step(xs, y)
-        if status == LABEL_RANGE:
-            self._batch(batch, classes=True)  # says which labels are out of range
+        if status in (LABEL_RANGE, INDEX_RANGE):
+            self._batch(batch, classes=True)  # says which labels or ids are out of range
         self._check(status, "train_step")
         return float(loss)
 

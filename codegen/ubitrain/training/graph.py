@@ -17,6 +17,7 @@ from ..errors import CompileError
 from ..frontend.forward import ForwardGraph
 from ..frontend.onnx_import import import_onnx, is_onnx_model
 from ..frontend.torch_export import import_forward
+from ..memory.micro_batching import frequency_scaled_embeddings
 from .channel_split import ChannelSplit, plan_splits, split_channels
 from .gradients import register_gradients
 from .losses import append_loss, label_spec, labels_var
@@ -106,6 +107,12 @@ def build_training_module(model, example_inputs: tuple, labels, loss: str,
     splits: list[ChannelSplit] = []
     labels_shape = tuple(labels.shape)
     train_inputs = example_inputs
+    scaled = frequency_scaled_embeddings(model) if micro_batches > 1 else []
+    if scaled:
+        raise CompileError(f"micro_batches={micro_batches}: Embedding {', '.join(scaled)} has "
+                           "scale_grad_by_freq=True, which counts each id over the whole batch, "
+                           "not a micro-batch; use micro_batches=1 (or a memory_budget that "
+                           "fits without micro-batching) or scale_grad_by_freq=False")
     if micro_batches > 1:  # (k = 1 must not slice: the labels need not share the batch)
         micro = labels.shape[0] // micro_batches
         train_inputs = tuple(x[:micro] for x in example_inputs)

@@ -17,6 +17,7 @@ from . import (  # noqa: F401
     convolution,
     creation,
     dropout,
+    embedding,
     layout,
     linalg,
     normalization,

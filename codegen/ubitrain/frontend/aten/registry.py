@@ -21,6 +21,9 @@ class ConvertContext:
     training: bool
     where: str = "<top>"
     dropout_masks: list = field(default_factory=list)  # (mask var, probability)
+    model_inputs: frozenset = frozenset()  # names of the placeholders that are model inputs
+    # model input name -> ids must lie in [0, bound): the step checks it (UB_ERR_INDEX_RANGE)
+    index_bounds: dict = field(default_factory=dict)
 
     def emit(self, expr):
         return self.bb.emit(expr)
