@@ -5,4 +5,6 @@
     apps.py      Flower's ClientApp and ServerApp around them (FedAvg, FedProx, FedAdam)
     simulate.py  `run_fleet`: the simulation engine on one machine, against central training
     cli.py       `ubitrain fleet`
+    deployed_apps.py, deployment.py
+                 the same apps under the deployment engine: SuperLink, SuperNodes, flwr run
 """

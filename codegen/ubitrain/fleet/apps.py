@@ -2,9 +2,9 @@
 step, and a ServerApp that merges the clients' updates with one of Flower's strategies.
 
 The same two apps run under Flower's simulation engine (simulate.py) and its deployment
-engine (a SuperLink and SuperNodes). A client process keeps one trainer and its shard for all
-the rounds and all the virtual clients it serves: the trainer's state is the global model,
-loaded at the start of each round.
+engine (a SuperLink and SuperNodes). A simulation worker keeps one trainer and the shards
+for all the rounds and virtual clients it serves: a client's state is the global model,
+loaded at the start of each round, so nothing of it lives in the trainer between rounds.
 """
 
 from __future__ import annotations

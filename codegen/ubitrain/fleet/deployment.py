@@ -68,7 +68,7 @@ def _package(out_dir: Path, batch: int, lr: float, momentum: float, seed: int,
                                                                            momentum=momentum),
                      target=target, out_dir=out_dir / target, progress=False)
     trainer = pkg.build(seed=seed, progress=False)
-    library = getattr(getattr(trainer, "lib", None), "_name", "")
+    library = str(getattr(trainer, "library", ""))  # an emulated trainer has none
     getattr(trainer, "close", lambda: None)()
     package_file = out_dir / target / "package.pkl"
     package_file.write_bytes(pickle.dumps(pkg))

@@ -80,14 +80,11 @@ def run_fleet(clients: int = 20, rounds: int = 8, local_steps: int = 10, batch: 
     evaluator = pkg.build(seed=seed, progress=progress)
     package_file = out_dir / "package.pkl"
     package_file.write_bytes(pickle.dumps(pkg))
-    library = Path(evaluator.lib._name)
+    library = evaluator.library
     names = exchanged_names(evaluator, sparse)
     initial = {k: v for k, v in evaluator.parameters().items() if k in names}
     setup = FleetSetup(package_file, library, clients, non_iid, seed,
                        LocalTraining(local_steps, batch, lr), frozenset(faults))
-
-    def evaluate(trainer, tensors=None):
-        return test_metrics(trainer, x_test, y_test, tensors)
 
     split = "IID" if non_iid is None else f"Dirichlet alpha {non_iid}"
     sizes = [len(s[1]) for s in shards]
@@ -98,7 +95,7 @@ def run_fleet(clients: int = 20, rounds: int = 8, local_steps: int = 10, batch: 
     rounds_bar = bar(range(rounds), "fleet", progress, unit="round")
 
     def report(server_round, tensors):
-        metrics = {"round": server_round, **evaluate(evaluator, tensors)}
+        metrics = {"round": server_round, **test_metrics(evaluator, x_test, y_test, tensors)}
         if server_round:
             rounds_bar.update(1)
         return metrics
@@ -132,11 +129,11 @@ def run_fleet(clients: int = 20, rounds: int = 8, local_steps: int = 10, batch: 
     y_all = np.concatenate([s[1] for s in shards])
     steps = clients_per_round(clients, fraction_fit) * local_steps
     order = batch_indices(len(x_all), steps * rounds, batch, np.random.default_rng(seed))
-    central = [evaluate(central_trainer)]
+    central = [test_metrics(central_trainer, x_test, y_test)]
     for r in range(rounds):
         for idx in order[r * steps:(r + 1) * steps]:
             central_trainer.step(x_all[idx], y_all[idx])
-        central.append(evaluate(central_trainer))
+        central.append(test_metrics(central_trainer, x_test, y_test))
 
     result = {"rounds": fleet, "central": central, "accuracy": fleet[-1]["accuracy"],
               "central_accuracy": central[-1]["accuracy"], "model": plan.result["model"],

@@ -54,6 +54,7 @@ def _ptr(a: np.ndarray):
 class HostTrainer(TrainerBase):
     def __init__(self, library: Path, package, seed: int = 0, arena_fill: int = 0):
         self.package = package
+        self.library = Path(library)  # another trainer of the same build can load it too
         self.lib = ctypes.CDLL(str(library))
         m = package.model_name
         self._step = getattr(self.lib, f"ub_{m}_train_step")
