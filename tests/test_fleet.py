@@ -169,12 +169,13 @@ def test_a_sparse_update_sends_the_trained_parameters_and_the_buffers(tmp_path):
 
 def test_the_deployment_engine_runs_rounds_with_supernode_processes(tmp_path):
     """A SuperLink, two SuperNode processes (one drives a Cortex-M4 board under QEMU) and
-    `flwr run`: every round merges both clients' updates."""
+    `flwr run`; the host client's process is killed in round 2: that round merges the board's
+    update alone, and in round 3 the SuperNode's new ClientApp process takes part again."""
     from ubitrain.fleet.deployment import run_deployment
 
-    rounds = run_deployment(clients=2, rounds=2, local_steps=3, emulated="cortex-m4",
-                            out_dir=tmp_path / "deploy", log=lambda line: None)
-    assert [m["round"] for m in rounds] == [0, 1, 2]
-    assert all(m["clients"] == 2 and m["failures"] == 0 and m["emulated"] == 1
-               for m in rounds[1:])
-    assert rounds[2]["accuracy"] > rounds[0]["accuracy"]
+    rounds = run_deployment(clients=2, rounds=3, local_steps=3, emulated="cortex-m4",
+                            out_dir=tmp_path / "deploy", log=lambda line: None, kill=((0, 2),))
+    assert [m["round"] for m in rounds] == [0, 1, 2, 3]
+    assert [(m["clients"], m["failures"], m["emulated"]) for m in rounds[1:]] == [
+        (2, 0, 1), (2, 1, 1), (2, 0, 1)]
+    assert rounds[3]["accuracy"] > rounds[0]["accuracy"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,8 @@ class FleetSetup:
     non_iid: float | None
     seed: int
     local: LocalTraining
-    faults: frozenset = field(default_factory=frozenset)  # (client, round): crash there
+    faults: frozenset = field(default_factory=frozenset)  # (client, round): fails there
+    kill_on_fault: bool = False  # the client's process dies (SIGKILL) instead of raising
 
     def client_seed(self, client: int, server_round: int) -> int:
         """The seed of a client's batches in a round."""
@@ -87,6 +89,8 @@ def client_reply(setup: FleetSetup, msg: Message, context: Context) -> Message:
     config = msg.content["config"]
     server_round = int(config["server-round"])
     if (client, server_round) in setup.faults:
+        if setup.kill_on_fault:
+            os.kill(os.getpid(), signal.SIGKILL)
         raise ClientCrash(f"client {client} crashed in round {server_round}")
     trainer, shards = trainer_and_shards(setup)
     x, y = shards[client]

@@ -24,11 +24,14 @@ from .local import LocalTraining
 
 def setup_from(config) -> FleetSetup:
     alpha = float(config["non-iid"])
+    kills = frozenset(tuple(int(n) for n in pair.split(":"))  # "client:round,..."
+                      for pair in str(config.get("kill", "")).split(",") if pair)
     return FleetSetup(Path(config["package"]), Path(config["library"]) if config["library"]
                       else None, int(config["clients"]), alpha if alpha > 0 else None,
                       int(config["seed"]), LocalTraining(int(config["local-steps"]),
                                                          int(config["batch"]),
-                                                         float(config["lr"])))
+                                                         float(config["lr"])),
+                      faults=kills, kill_on_fault=True)
 
 
 client = ClientApp()

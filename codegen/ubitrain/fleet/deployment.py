@@ -93,9 +93,10 @@ def _toml_value(v) -> str:
 def run_deployment(clients: int = 3, rounds: int = 2, local_steps: int = 5, batch: int = 16,
                    lr: float = 0.05, momentum: float = 0.9, emulated: str | None = None,
                    out_dir="build/fleet-deployment", seed: int = 0, log=print,
-                   timeout: float = 1800) -> list[dict]:
+                   timeout: float = 1800, kill=()) -> list[dict]:
     """Start the SuperLink and the SuperNodes, run the fleet's apps on them, stop them; the
-    per-round metrics the ServerApp wrote."""
+    per-round metrics the ServerApp wrote. `kill`: (client, round) pairs whose ClientApp
+    process is killed mid-round (the SuperNode starts a new one the next round)."""
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     package, library = _package(out_dir, batch, lr, momentum, seed, "host")
@@ -103,7 +104,7 @@ def run_deployment(clients: int = 3, rounds: int = 2, local_steps: int = 5, batc
     config = {"package": str(package), "library": library, "clients": clients,
               "non-iid": -1.0, "seed": seed, "local-steps": local_steps, "batch": batch,
               "lr": lr, "rounds": rounds, "strategy": "fedavg", "fraction-fit": 1.0,
-              "out-dir": str(out_dir)}
+              "out-dir": str(out_dir), "kill": ",".join(f"{c}:{r}" for c, r in kill)}
     app = out_dir / "app"
     app.mkdir(exist_ok=True)
     (app / "pyproject.toml").write_text(APP_TOML.format(
