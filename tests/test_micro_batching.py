@@ -170,7 +170,8 @@ def test_batchnorm_model_warns_and_trains_like_torch_accumulation(tmp_path):
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
                           nn.Linear(4 * 6 * 6, 3))
     x, y = torch.randn(4, 1, 8, 8), torch.randint(0, 3, (4,))
-    with pytest.warns(ub.UbitrainWarning, match=r"BatchNorm \(1\).*statistics of each micro-batch"):
+    with pytest.warns(ub.UbitrainWarning,
+                      match=r"\(1\) see one micro-batch.*statistics of each micro-batch"):
         pkg = ub.compile(copy.deepcopy(model), (x,), y, optimizer=ub.SGD(lr=0.1),
                          micro_batches=2, out_dir=tmp_path / "bn")
     assert "2 micro-batches" in pkg.memory_plan.summary()
@@ -239,3 +240,22 @@ def test_a_model_with_a_fixed_batch_cannot_be_micro_batched(tmp_path):
     with pytest.raises(ub.CompileError, match=r"micro_batches=2 traces the model on "
                                               r"micro-batches of 4 samples, which failed"):
         ub.compile(FixedBatch(), (x,), y, micro_batches=2, out_dir=tmp_path / "fixed")
+
+
+def test_ops_that_mix_the_samples_of_a_batch_are_named_when_micro_batching(tmp_path):
+    """`x - x.mean(0)` gives every sample another output per micro-batch than per batch:
+    micro-batching must say so, as for BatchNorm, rather than train otherwise in silence."""
+    from ubitrain.memory.micro_batching import mixes_samples
+
+    class Centred(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(6, 3)
+
+        def forward(self, x):
+            return self.fc(x - x.mean(0))
+
+    x, y = torch.randn(4, 6), torch.randint(0, 3, (4,))
+    assert mixes_samples(Centred(), (x,)) and not mixes_samples(nn.Linear(6, 3), (x,))
+    with pytest.warns(ub.UbitrainWarning, match="ops that mix the samples of a batch"):
+        ub.compile(Centred(), (x,), y, micro_batches=2, out_dir=tmp_path / "centred")

@@ -226,12 +226,13 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
         if memory_budget is not None:  # micro-batch / recompute / page to fit (memory/)
             low, train, plan = fit_micro_batched(
                 low, lambda k: _lower(trace(k), optimizer, tgt, switches), memory_budget,
-                target, batch, micro_batches, bool(batch_coupled_layers(model, tm)),
+                target, batch, micro_batches,
+                bool(batch_coupled_layers(model, tm, example_inputs)),
                 one_batch_dimension(example_inputs, labels))
         tm, library, predict, state, opt_state = (low.tm, low.library, low.predict,
                                                   low.state, low.opt_state)
         inputs, label_slot, output, frozen = low.inputs, low.labels, low.output, low.frozen
-        warn_batch_coupled(model, tm, tm.micro_batches, batch)
+        warn_batch_coupled(model, tm, tm.micro_batches, batch, example_inputs)
         check_board_fit(tgt, plan, inputs, label_slot, output,
                         weight_bytes=sum(s.nbytes for s in state.values()) + low.folded_bytes)
         step("write C project")

@@ -71,7 +71,33 @@ def frequency_scaled_embeddings(model) -> list[str]:
             if isinstance(m, torch.nn.Embedding) and m.scale_grad_by_freq]
 
 
-def batch_coupled_layers(model, tm) -> list[str]:
+def mixes_samples(model, example_inputs) -> bool:
+    """Whether a sample's output depends on the other samples of its batch outside
+    BatchNorm (`x.mean(0)`, `x[1:]`, `x.T @ x` over the batch): the model in evaluation mode,
+    in float64, on a random batch shaped like the example, against the same batch in two
+    parts. A model that does not run on the parts counts as mixing."""
+    import copy
+
+    import torch
+
+    if len(example_inputs[0].shape) == 0 or example_inputs[0].shape[0] < 2:
+        return False
+    probe = copy.deepcopy(model).double().eval()
+    gen = torch.Generator().manual_seed(0)
+    batch = [torch.randn(x.shape, generator=gen, dtype=torch.float64)
+             if x.is_floating_point() else x for x in example_inputs]
+    try:
+        with torch.no_grad():
+            whole = probe(*batch)
+            parts = torch.cat([probe(*[x[:1] for x in batch]), probe(*[x[1:] for x in batch])])
+    except Exception:  # noqa: BLE001 - a model tied to its batch size: it cannot be split
+        return True
+    if not isinstance(whole, torch.Tensor) or whole.shape != parts.shape:
+        return True
+    return not torch.allclose(whole, parts, rtol=1e-9, atol=1e-12)
+
+
+def batch_coupled_layers(model, tm, example_inputs=()) -> list[str]:
     """Layers whose training-mode output or gradient depends on the other samples of the
     batch."""
     import torch
@@ -80,25 +106,28 @@ def batch_coupled_layers(model, tm) -> list[str]:
         norm = torch.nn.modules.batchnorm._BatchNorm
         names = [name or type(m).__name__ for name, m in model.named_modules()
                  if isinstance(m, norm)] + frequency_scaled_embeddings(model)
+        if example_inputs and mixes_samples(model, example_inputs):
+            names.append("ops that mix the samples of a batch")
     else:  # an ONNX ModelProto
         names = [n.name or n.op_type for n in getattr(getattr(model, "graph", None), "node", [])
                  if n.op_type == "BatchNormalization"]
     return names or [name for name in tm.buffer_updates]
 
 
-def warn_batch_coupled(model, tm, k: int, batch: int) -> None:
+def warn_batch_coupled(model, tm, k: int, batch: int, example_inputs=()) -> None:
     if k <= 1:
         return
-    layers = batch_coupled_layers(model, tm)
+    layers = batch_coupled_layers(model, tm, example_inputs)
     if not layers:
         return
     shown = ", ".join(layers[:4]) + (", ..." if len(layers) > 4 else "")
     warnings.warn(
-        f"micro-batching: the step runs {k} micro-batches of {batch // k} samples, so "
-        f"BatchNorm ({shown}) normalises with the statistics of each micro-batch, not of the "
-        f"batch of {batch}, and updates its running statistics {k} times per step; training "
-        f"differs from full-batch training by more than float rounding. A memory_budget that "
-        f"fits without micro-batching (or micro_batches=1) keeps full-batch statistics.",
+        f"micro-batching: the step runs {k} micro-batches of {batch // k} samples, so the "
+        f"parts of the model that couple samples ({shown}) see one micro-batch at a time, "
+        f"not the batch of {batch} (BatchNorm normalises with the statistics of each "
+        f"micro-batch and updates its running statistics {k} times per step); training "
+        f"differs from full-batch training by more than float rounding. A memory_budget "
+        f"that fits without micro-batching (or micro_batches=1) keeps the whole batch.",
         UbitrainWarning, stacklevel=3)
 
 
