@@ -53,10 +53,14 @@ def _batch(name, batch):
 
 
 def pytorch_memory(name: str, batch: int) -> dict:
+    return pytorch_training_memory(*_batch(name, batch))
+
+
+def pytorch_training_memory(model, x, y) -> dict:
+    """PyTorch's peak and accounted training memory of one SGD-momentum step (see above)."""
     from torch.profiler import ProfilerActivity, profile
     from torch.profiler._memory_profiler import MemoryProfile, MemoryProfileTimeline
 
-    model, x, y = _batch(name, batch)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
