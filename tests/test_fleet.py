@@ -171,8 +171,11 @@ def test_the_deployment_engine_runs_rounds_with_supernode_processes(tmp_path):
     """A SuperLink, two SuperNode processes (one drives a Cortex-M4 board under QEMU) and
     `flwr run`; the host client's process is killed in round 2: that round merges the board's
     update alone, and in round 3 the SuperNode's new ClientApp process takes part again."""
+    from test_targets import require_tools
+
     from ubitrain.fleet.deployment import run_deployment
 
+    require_tools("cortex-m4")
     rounds = run_deployment(clients=2, rounds=3, local_steps=3, emulated="cortex-m4",
                             out_dir=tmp_path / "deploy", log=lambda line: None, kill=((0, 2),))
     assert [m["round"] for m in rounds] == [0, 1, 2, 3]
