@@ -92,6 +92,8 @@ REAL_MODELS = [
               (3, 64, 64), 10, notes="no auxiliary heads"),
     RealModel("regnet_x_400mf", _tv("regnet_x_400mf"), (3, 64, 64), 10),
     RealModel("mnasnet0_5", _tv("mnasnet0_5", dropout=0.0), (3, 64, 64), 10),
+    RealModel("mobilenet_v3_small", _tv("mobilenet_v3_small", dropout=0.0), (3, 64, 64), 10),
+    RealModel("shufflenet_v2_x0_5", _tv("shufflenet_v2_x0_5"), (3, 64, 64), 10),
 ]
 
 
