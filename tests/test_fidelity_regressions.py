@@ -221,3 +221,36 @@ def test_bias_gradient_over_many_rows(tmp_path):
     torch.manual_seed(0)
     assert_match(judge(WideBiasSum(), batches((16, 4, 9, 6), 7),
                        ub.SGD(lr=0.01, momentum=0.9), tmp_path))
+
+
+class CancelledBias(nn.Module):
+    """Fuzz seed 20072: BatchNorm (and a softmax over one element) make the gradient of
+    linear.bias exactly 0, so what every float32 run computes for it is rounding noise.
+    Adam's second moment squares that noise: judged as it is, the C's noise (3x float32
+    PyTorch's on the gradient) failed as 10x on exp_avg_sq."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(21, 1)
+        self.bn = nn.BatchNorm1d(1, eps=1e-3)
+        self.head = nn.Linear(2, 6)
+
+    def forward(self, x):
+        t = self.linear(F.elu(x, -0.7))
+        return self.head(torch.cat([self.bn(t), F.softmax(t, dim=-1)], 1))
+
+
+def test_a_gradient_that_is_rounding_noise_under_adam(tmp_path):
+    from ubitrain.fidelity.graphs import vary_norm_parameters
+
+    torch.manual_seed(20072)  # the fuzzer's model and data for that seed
+    model = CancelledBias()
+    vary_norm_parameters(model, 20072)
+    gen = torch.Generator().manual_seed(20072000)
+    scale = float(torch.empty(()).uniform_(0.5, 2.0, generator=gen))
+    x = torch.randn((4, 21), generator=gen) * scale
+    data = [(x, torch.randint(0, 6, (4,), generator=gen))]
+    verdict = judge(model, data, ub.Adam(lr=0.01), tmp_path)
+    assert_match(verdict)
+    bias = [c for c in verdict.checks if c.name == "linear.bias.exp_avg_sq"]
+    assert bias and bias[0].spread > 0  # judged, against float32 PyTorch's own noise
