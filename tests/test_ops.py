@@ -246,6 +246,9 @@ ACTIVATIONS = {
     "elu_0.5_inplace": nn.ELU(alpha=0.5, inplace=True),
     "elu_negative_alpha": Fn(lambda x: torch.nn.functional.elu(x, alpha=-0.7)),
     "elu_scale_input_scale": Fn(lambda x: torch.ops.aten.elu(x, 1.7, 1.05, 0.5)),
+    "selu": nn.SELU(),
+    "selu_inplace": nn.SELU(inplace=True),
+    "celu_0.7": nn.CELU(0.7),
 }
 
 

@@ -113,6 +113,7 @@ DISTANCES = {
     aten.hardsigmoid.default: lambda a, out: _bounds(a[0], -3.0, 3.0),
     aten.leaky_relu.default: lambda a, out: a[0],
     aten.elu.default: lambda a, out: _elu(a),
+    aten.selu.default: lambda a, out: a[0],  # CELU's slope is 1 on both sides of 0: no kink
     aten.abs.default: lambda a, out: a[0],
     aten.maximum.default: lambda a, out: a[0] - a[1],
     aten.minimum.default: lambda a, out: a[0] - a[1],
@@ -132,7 +133,7 @@ for _cmp in ("gt", "lt", "ge", "le"):
 # before the op overwrites it, so their rules must not read `out`.
 IN_PLACE = {getattr(aten, f"{op}_").default: DISTANCES[getattr(aten, op).default]
             for op in ("relu", "threshold", "hardtanh", "clamp", "clamp_min", "clamp_max",
-                       "hardswish", "hardsigmoid", "leaky_relu", "elu", "abs")}
+                       "hardswish", "hardsigmoid", "leaky_relu", "elu", "selu", "abs")}
 
 
 @dataclass

@@ -76,6 +76,20 @@ def _elu(ctx, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
     return ctx.emit(elu(x, alpha, scale, input_scale))
 
 
+# PyTorch's SELU and CELU are its ELU kernel with these coefficients (at::selu, at::celu).
+SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+@converts(aten.selu.default)
+def _selu(ctx, node, x):
+    return ctx.emit(elu(x, SELU_ALPHA, SELU_SCALE, 1.0))
+
+
+@converts(aten.celu.default)
+def _celu(ctx, node, x, alpha=1.0):
+    return ctx.emit(elu(x, alpha, 1.0, 1.0 / float(alpha)))
+
+
 
 def _softmax_axis(ctx, name, x, dim, dtype):
     if dtype is not None and dtype != getattr(torch, dtype_of(x)):
