@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import socket
 import subprocess
 import sys
@@ -19,11 +18,9 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-import torch
-
 import ubitrain as ub
 
-from ..zoo import DigitsCNN
+from .packages import fleet_package
 
 APP_TOML = """\
 [build-system]
@@ -58,23 +55,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _package(out_dir: Path, batch: int, lr: float, momentum: float, seed: int,
-             target: str) -> tuple[Path, str]:
-    """The digits CNN compiled for `target` with the seed's initial weights: (pickled
-    package, host library or '' for an emulated target, whose driver is built here)."""
-    torch.manual_seed(seed)
-    pkg = ub.compile(DigitsCNN(), (torch.zeros(batch, 1, 8, 8),),
-                     torch.zeros(batch, dtype=torch.long), optimizer=ub.SGD(lr=lr,
-                                                                           momentum=momentum),
-                     target=target, out_dir=out_dir / target, progress=False)
-    trainer = pkg.build(seed=seed, progress=False)
-    library = str(getattr(trainer, "library", ""))  # an emulated trainer has none
-    getattr(trainer, "close", lambda: None)()
-    package_file = out_dir / target / "package.pkl"
-    package_file.write_bytes(pickle.dumps(pkg))
-    return package_file, library
-
-
 def _wait_for_port(port: int, seconds: float, what: str):
     """Until something listens on 127.0.0.1:port (a server starting on a busy machine)."""
     deadline = time.monotonic() + seconds
@@ -99,8 +79,15 @@ def run_deployment(clients: int = 3, rounds: int = 2, local_steps: int = 5, batc
     process is killed mid-round (the SuperNode starts a new one the next round)."""
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    package, library = _package(out_dir, batch, lr, momentum, seed, "host")
-    device = _package(out_dir, batch, lr, momentum, seed, emulated) if emulated else None
+    package, host = fleet_package(out_dir, "host", batch=batch, lr=lr, momentum=momentum,
+                                  seed=seed)
+    library = str(host.library)
+    device = None
+    if emulated:  # its driver is built here; each round's ClientApp starts the emulator
+        device_package, board = fleet_package(out_dir, emulated, batch=batch, lr=lr,
+                                              momentum=momentum, seed=seed)
+        board.close()
+        device = (device_package, "")
     config = {"package": str(package), "library": library, "clients": clients,
               "non-iid": -1.0, "seed": seed, "local-steps": local_steps, "batch": batch,
               "lr": lr, "rounds": rounds, "strategy": "fedavg", "fraction-fit": 1.0,

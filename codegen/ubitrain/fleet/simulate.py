@@ -5,22 +5,18 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import time
 from pathlib import Path
 
 import numpy as np
-import torch
-
-import ubitrain as ub
 
 from ..demo import accuracy, predict_padded
 from ..errors import UbitrainError
 from ..progress import bar
-from ..zoo import DigitsCNN
 from .apps import STRATEGIES, FleetSetup, ServerPlan, client_app, server_app
 from .data import digits_fleet
 from .local import LocalTraining, batch_indices, exchanged_names
+from .packages import fleet_package
 
 
 def cross_entropy(logits: np.ndarray, y: np.ndarray) -> float:
@@ -60,10 +56,11 @@ def run_fleet(clients: int = 20, rounds: int = 8, local_steps: int = 10, batch: 
               fraction_fit: float = 1.0, non_iid: float | None = None, sparse: bool = False,
               proximal_mu: float = 0.01, out_dir="build/fleet", seed: int = 0,
               progress: bool | None = None, log=print, faults=(), verbose: bool = False,
-              model=None) -> dict:
+              model=None, target: str = "host") -> dict:
     """Federated training of `model()` (default: the demo's digits CNN) over `clients`
-    simulated clients, each training the generated C step on its own shard, against central
-    training on as many samples. The result: per-round metrics of both, the final
+    simulated clients, each training the generated C step on its own shard (built for
+    `target`: another than the host runs under its emulator, one per worker), against
+    central training on as many samples. The result: per-round metrics of both, the final
     accuracies, the global model, and the strategy (with the last round's replies)."""
     _check(rounds, local_steps, fraction_fit, strategy, momentum)
     from flwr.simulation import run_simulation
@@ -71,27 +68,25 @@ def run_fleet(clients: int = 20, rounds: int = 8, local_steps: int = 10, batch: 
     start = time.perf_counter()
     out_dir = Path(out_dir).resolve()
     shards, (x_test, y_test) = digits_fleet(clients, non_iid, seed)
-    torch.manual_seed(seed)
-    pkg = ub.compile((model or DigitsCNN)(), (torch.zeros((batch,) + x_test.shape[1:]),),
-                     torch.zeros(batch, dtype=torch.long),
-                     optimizer=ub.SGD(lr=lr, momentum=momentum),
-                     trainable=ub.SparseUpdate(biases=True, last_layers=1) if sparse else None,
-                     out_dir=out_dir / "trainer", progress=progress)
-    evaluator = pkg.build(seed=seed, progress=progress)
-    package_file = out_dir / "package.pkl"
-    package_file.write_bytes(pickle.dumps(pkg))
+    compiled = dict(model=model, batch=batch, sample_shape=x_test.shape[1:], lr=lr,
+                    momentum=momentum, sparse=sparse, seed=seed, progress=progress)
+    package_file, evaluator = fleet_package(out_dir, "host", **compiled)  # the server's
     library = evaluator.library
+    if target != "host":  # the clients run the target's build under its emulator
+        package_file, device = fleet_package(out_dir, target, **compiled)
+        device.close()
     names = exchanged_names(evaluator, sparse)
     initial = {k: v for k, v in evaluator.parameters().items() if k in names}
-    setup = FleetSetup(package_file, library, clients, non_iid, seed,
-                       LocalTraining(local_steps, batch, lr), frozenset(faults))
+    setup = FleetSetup(package_file, library if target == "host" else None, clients, non_iid,
+                       seed, LocalTraining(local_steps, batch, lr), frozenset(faults))
 
     split = "IID" if non_iid is None else f"Dirichlet alpha {non_iid}"
     sizes = [len(s[1]) for s in shards]
     log(f"ubitrain fleet: {clients} clients ({split}, {min(sizes)}-{max(sizes)} images each), "
         f"{rounds} rounds of {local_steps} local steps (batch {batch}) on "
         f"{clients_per_round(clients, fraction_fit)} clients, {strategy}, "
-        f"{'sparse' if sparse else 'full'} update ({sum(v.nbytes for v in initial.values())} B)")
+        f"{'sparse' if sparse else 'full'} update ({sum(v.nbytes for v in initial.values())} B)"
+        + ("" if target == "host" else f", clients on {target} under its emulator"))
     rounds_bar = bar(range(rounds), "fleet", progress, unit="round")
 
     def report(server_round, tensors):
@@ -101,10 +96,11 @@ def run_fleet(clients: int = 20, rounds: int = 8, local_steps: int = 10, batch: 
         return metrics
 
     def printed(m):
+        on_boards = f" ({m['emulated']} on {target})" if m["emulated"] else ""
         log(f"round {m['round']}/{rounds}: test accuracy {100 * m['accuracy']:.1f}%, loss "
-            f"{m['loss']:.3f}, {m['clients'] - m['failures']}/{m['clients']} clients, up "
-            f"{m['bytes_up'] / 1e3:.1f} kB, down {m['bytes_down'] / 1e3:.1f} kB, "
-            f"{m['seconds']:.1f} s")
+            f"{m['loss']:.3f}, {m['clients'] - m['failures']}/{m['clients']} clients"
+            f"{on_boards}, up {m['bytes_up'] / 1e3:.1f} kB, down {m['bytes_down'] / 1e3:.1f} "
+            f"kB, {m['seconds']:.1f} s")
 
     plan = ServerPlan(strategy, rounds, fraction_fit, initial, report, out_dir / "checkpoints",
                       strategy_args={"proximal_mu": proximal_mu} if strategy == "fedprox"
@@ -124,7 +120,7 @@ def run_fleet(clients: int = 20, rounds: int = 8, local_steps: int = 10, batch: 
                             "rounds; rerun with --verbose to see Flower's log")
 
     # central training: one trainer on all the shards, as many steps as the fleet took
-    central_trainer = type(evaluator)(library, pkg, seed=seed)
+    central_trainer = type(evaluator)(library, evaluator.package, seed=seed)
     x_all = np.concatenate([s[0] for s in shards])
     y_all = np.concatenate([s[1] for s in shards])
     steps = clients_per_round(clients, fraction_fit) * local_steps
