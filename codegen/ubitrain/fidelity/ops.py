@@ -217,38 +217,23 @@ def _pool_infer(shapes, a, rank=4):
     return (*shape[:2], *sizes)
 
 
-@op("max_pool2d")
-def _max_pool2d():
-    def call(xs, a, name):
-        return (f"F.max_pool2d({xs[0]}, {a['k']}, stride={a['s']}, padding={a['p']}, "
-                f"dilation={a['d']}, ceil_mode={a['ceil']})")
-    return lambda rng, shapes: _pool_sample(rng, shapes, False), _pool_infer, call
+def _pool(kind: str, rank: int):
+    """F.max_pool<n>d / F.avg_pool<n>d over the rank - 2 = n spatial dims."""
+    avg = kind == "avg"
+    tail = ("ceil_mode={ceil}, count_include_pad={count_include_pad}" if avg
+            else "dilation={d}, ceil_mode={ceil}")
+
+    def fns():
+        def call(xs, a, name):
+            return (f"F.{kind}_pool{rank - 2}d({xs[0]}, {a['k']}, stride={a['s']}, "
+                    f"padding={a['p']}, {tail.format(**a)})")
+        return (lambda rng, shapes: _pool_sample(rng, shapes, avg, rank=rank),
+                lambda shapes, a: _pool_infer(shapes, a, rank=rank), call)
+    return fns
 
 
-@op("avg_pool2d")
-def _avg_pool2d():
-    def call(xs, a, name):
-        return (f"F.avg_pool2d({xs[0]}, {a['k']}, stride={a['s']}, padding={a['p']}, "
-                f"ceil_mode={a['ceil']}, count_include_pad={a['count_include_pad']})")
-    return lambda rng, shapes: _pool_sample(rng, shapes, True), _pool_infer, call
-
-
-@op("max_pool1d")
-def _max_pool1d():
-    def call(xs, a, name):
-        return (f"F.max_pool1d({xs[0]}, {a['k']}, stride={a['s']}, padding={a['p']}, "
-                f"dilation={a['d']}, ceil_mode={a['ceil']})")
-    return (lambda rng, shapes: _pool_sample(rng, shapes, False, rank=3),
-            lambda shapes, a: _pool_infer(shapes, a, rank=3), call)
-
-
-@op("avg_pool1d")
-def _avg_pool1d():
-    def call(xs, a, name):
-        return (f"F.avg_pool1d({xs[0]}, {a['k']}, stride={a['s']}, padding={a['p']}, "
-                f"ceil_mode={a['ceil']}, count_include_pad={a['count_include_pad']})")
-    return (lambda rng, shapes: _pool_sample(rng, shapes, True, rank=3),
-            lambda shapes, a: _pool_infer(shapes, a, rank=3), call)
+for _kind, _rank in (("max", 4), ("avg", 4), ("max", 3), ("avg", 3)):
+    op(f"{_kind}_pool{_rank - 2}d")(_pool(_kind, _rank))
 
 
 def _adaptive_sample(rng, shapes):
