@@ -254,3 +254,33 @@ def test_a_gradient_that_is_rounding_noise_under_adam(tmp_path):
     assert_match(verdict)
     bias = [c for c in verdict.checks if c.name == "linear.bias.exp_avg_sq"]
     assert bias and bias[0].spread > 0  # judged, against float32 PyTorch's own noise
+
+
+class LongDotProduct(nn.Module):
+    """Fuzz seed 21134: a Linear(620, 2) at batch 1 with the micro-kernels off. The scheduled
+    TIR summed each output's 620 products in one float32 chain (only reductions of a multiple
+    of 8 got partial sums), 26x float32 PyTorch's rounding; it now sums in 8 partial sums,
+    the last chunk predicated."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear1 = nn.Linear(4, 12)
+        self.head = nn.Linear(620, 2)
+
+    def forward(self, x):
+        t2 = F.max_pool2d(x, 2, stride=1, padding=1)
+        return self.head(torch.cat([self.linear1(x).flatten(1), t2.flatten(1)], 1))
+
+
+def test_a_long_dot_product_without_micro_kernels(tmp_path):
+    from ubitrain.fidelity.graphs import vary_norm_parameters
+
+    torch.manual_seed(21134)  # the fuzzer's (reduced) model and data for that seed
+    model = LongDotProduct()
+    vary_norm_parameters(model, 21134)
+    gen = torch.Generator().manual_seed(21134000)
+    scale = float(torch.empty(()).uniform_(0.5, 2.0, generator=gen))
+    data = [(torch.randn((1, 5, 7, 4), generator=gen) * scale, torch.randn((1, 2), generator=gen))
+            for _ in range(3)]
+    assert_match(judge(model, data, ub.SGD(lr=0.1, momentum=0.9), tmp_path, loss="mse",
+                       seed=21134, disable_passes=("microkernels",)))

@@ -36,3 +36,27 @@ def _group(k):
 
 for _k in range(GROUPS):
     globals()[f"TestSeeds{_k}"] = _group(_k)
+
+
+def test_a_campaign_resumes_where_it_stopped_and_only_at_its_commit(tmp_path):
+    """`ubitrain fuzz --resume`: the seeds already recorded are kept, not run again; a
+    campaign recorded at another commit is refused (its figures would mix two versions)."""
+    import json
+
+    import pytest
+
+    from ubitrain.fidelity.campaign import run_campaign
+
+    out = tmp_path / "campaign"
+    first = run_campaign(range(2), jobs=1, out=out, reduce=False, progress=False)
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert sum(first.counts.values()) == 2 and len(lines) == 2
+    (out / "results.jsonl").write_text(lines[0] + "\n")  # as if stopped after one model
+    resumed = run_campaign(range(2), jobs=1, out=out, reduce=False, progress=False,
+                           resume=True)
+    records = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["seed"] for r in records) == [0, 1]
+    assert resumed.counts == first.counts
+    (out / "campaign.json").write_text(json.dumps(dict(seeds="0:2", commit="0000000")))
+    with pytest.raises(SystemExit, match="at 0000000"):
+        run_campaign(range(2), jobs=1, out=out, reduce=False, progress=False, resume=True)

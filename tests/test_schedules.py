@@ -35,6 +35,13 @@ def _matmul(m=5, k=20, n=24):
     return [a, b, topi.matmul(a, b)]
 
 
+def _dot_nt(k=620, n=2):  # a Linear(k, n) at batch 1: x @ w.T, no output axis to vectorise
+    x = te.placeholder((1, k), "float32", "x")
+    w = te.placeholder((n, k), "float32", "w")
+    r = te.reduce_axis((0, k), "r")
+    return [x, w, te.compute((1, n), lambda i, j: te.sum(x[i, r] * w[j, r], axis=r), "dot")]
+
+
 def _depthwise():
     x = te.placeholder((2, 8, 9, 9), "float32", "x")
     w = te.placeholder((8, 1, 3, 3), "float32", "w")
@@ -65,7 +72,8 @@ def _max_pool_narrow():  # LeNet-5's second max-pool: output rows of 5, read wit
     return [x, topi.nn.pool2d(x, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), "max")]
 
 
-CASES = {"conv": _conv, "conv_strided": lambda: _conv(stride=2, hw=9), "matmul": _matmul,
+CASES = {"conv": _conv, "dot_620": _dot_nt,
+         "matmul_620": lambda: _matmul(m=1, k=620, n=2), "conv_strided": lambda: _conv(stride=2, hw=9), "matmul": _matmul,
          "max_pool_narrow": _max_pool_narrow,
          "conv_transpose": _conv_transpose, "weight_grad": _weight_grad,
          "depthwise": _depthwise, "relu6": _relu6, "scale_per_channel": _scale_per_channel,
@@ -133,3 +141,13 @@ def test_narrow_max_pool_runs_its_output_row_innermost():
     innermost = [line for line in tiled.splitlines() if "for (" in line][-1]
     assert "< 5;" in innermost
     assert "< 5;" not in [line for line in plain.splitlines() if "for (" in line][-1]
+
+
+def test_long_dot_product_sums_in_partial_sums():
+    """A Linear(620, 2) at batch 1 (or x @ w with w 620x2) has no vector axis in its output:
+    its 620-long reduction (not a multiple of 8) is split in 8 partial sums, the last chunk predicated, not summed in
+    one float32 chain (whose rounding error is several times float32 PyTorch's)."""
+    for case in ("dot_620", "matmul_620"):  # unit-stride reads, and strided ones
+        func = te.create_prim_func(CASES[case]())
+        tiled = print_kernel(lower_prim_func(SCHEDULES["default"](func)), "k").source
+        assert "_rf" in tiled and "< 620)" in tiled, case

@@ -2,7 +2,9 @@
 reduced repro script for every failure.
 
 `ubitrain fuzz --seeds 0:5000 --jobs 2 --out fuzz-results` runs it; tests/test_fuzz.py runs a
-fixed-seed tier of it in CI.
+fixed-seed tier of it in CI. A campaign longer than a sitting is continued with `--resume`
+(the seeds already in results.jsonl are skipped), from the same commit only: the figures of a
+campaign are those of one version of ubitrain.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import subprocess
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -24,14 +27,15 @@ from .fuzz import Outcome, draw_case, run_case
 @dataclass
 class Summary:
     seeds: str
+    commit: str = ""
     counts: Counter = field(default_factory=Counter)
     failures: list[dict] = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = 0.0  # this sitting's; a resumed campaign's earlier ones are not counted
 
     def line(self) -> str:
         parts = ", ".join(f"{n} {k}" for k, n in sorted(self.counts.items()))
-        return (f"fuzz {self.seeds}: {sum(self.counts.values())} models: {parts} "
-                f"({self.seconds:.0f} s)")
+        return (f"fuzz {self.seeds} at {self.commit}: {sum(self.counts.values())} models: "
+                f"{parts} ({self.seconds:.0f} s)")
 
 
 def _run_seed(seed: int) -> dict:
@@ -64,27 +68,34 @@ def parse_seeds(text: str) -> range:
 
 
 def run_campaign(seeds: range, jobs: int = 2, out: Path | None = None, reduce: bool = True,
-                 progress: bool | None = None) -> Summary:
+                 progress: bool | None = None, resume: bool = False) -> Summary:
     """Run every seed; write `out/results.jsonl`, `out/summary.json` and, for each failure,
-    `out/repro_<seed>.py` (reduced when `reduce`)."""
-    summary = Summary(f"{seeds.start}:{seeds.stop}")
+    `out/repro_<seed>.py` (reduced when `reduce`). `resume`: keep the records of an earlier
+    sitting of the same campaign in `out` and run only the seeds they lack."""
+    summary = Summary(f"{seeds.start}:{seeds.stop}", source_commit())
     start = time.perf_counter()
+    done: list[dict] = []
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    log = open(out / "results.jsonl", "w") if out is not None else None
+        if resume:
+            done = _earlier_records(out, summary)
+        (out / "campaign.json").write_text(json.dumps(
+            dict(seeds=summary.seeds, commit=summary.commit)))
+    for record in done:
+        _count(summary, record)
+    todo = [s for s in seeds if s not in {r["seed"] for r in done}]
+    log = open(out / "results.jsonl", "a" if resume else "w") if out is not None else None
     ctx = multiprocessing.get_context("spawn")
     try:
         with ctx.Pool(jobs, maxtasksperchild=50) as pool:
-            results = pool.imap_unordered(_run_seed, seeds)
-            bar = tqdm(results, total=len(seeds), desc="fuzz", unit="model",
+            results = pool.imap_unordered(_run_seed, todo)
+            bar = tqdm(results, total=len(todo), desc="fuzz", unit="model",
                        disable=not (progress if progress is not None else _tty()))
             for record in bar:
-                summary.counts[record["status"]] += 1
                 if log is not None:
                     log.write(json.dumps(record) + "\n")
                     log.flush()
-                if record["status"] in ("mismatch", "internal error"):
-                    summary.failures.append(record)
+                if _count(summary, record):
                     tqdm.write(f"seed {record['seed']}: {record['status']}: "
                                f"{record['detail'].splitlines()[0] if record['detail'] else ''}")
                 bar.set_postfix(dict(summary.counts))
@@ -96,10 +107,49 @@ def run_campaign(seeds: range, jobs: int = 2, out: Path | None = None, reduce: b
         if reduce:
             from .reduce import write_repro
             for record in summary.failures:
-                record["repro"] = str(write_repro(record["seed"], out))
+                kept = out / f"repro_{record['seed']}.py"  # reduced in an earlier sitting
+                record["repro"] = str(kept if resume and kept.exists()
+                                      else write_repro(record["seed"], out))
         (out / "summary.json").write_text(json.dumps(
             dict(asdict(summary), counts=dict(summary.counts)), indent=1))
     return summary
+
+
+def _count(summary: Summary, record: dict) -> bool:
+    """Count a record; whether it is a failure."""
+    summary.counts[record["status"]] += 1
+    failed = record["status"] in ("mismatch", "internal error")
+    if failed:
+        summary.failures.append(record)
+    return failed
+
+
+def _earlier_records(out: Path, summary: Summary) -> list[dict]:
+    """The records of the campaign in `out`, which must be this one: same seeds, same commit."""
+    if not (out / "campaign.json").exists():
+        return []
+    before = json.loads((out / "campaign.json").read_text())
+    if (before["seeds"], before["commit"]) != (summary.seeds, summary.commit):
+        raise SystemExit(f"--resume: {out} holds the campaign of seeds {before['seeds']} at "
+                         f"{before['commit']}, not seeds {summary.seeds} at {summary.commit}; "
+                         "resume it from a checkout of that commit, or use another --out")
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()
+            if line.strip()]
+
+
+def source_commit() -> str:
+    """The git commit of the ubitrain source that runs ("+dirty" with uncommitted changes),
+    or "unknown" outside a checkout."""
+    here = Path(__file__).resolve().parent
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(here), *args], capture_output=True,
+                              text=True).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return "unknown"
+    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def _tty() -> bool:
@@ -119,6 +169,7 @@ FUZZ_EPILOG = """\
 examples:
   ubitrain fuzz --seeds 0:100                  the seeds CI runs
   ubitrain fuzz --seeds 100000:105000 --out fuzz-results
+  ubitrain fuzz --seeds 100000:105000 --out fuzz-results --resume   (continue it later)
 The last line is the summary: models per outcome (match, mismatch, near kink, unsupported,
 internal error). A mismatch or internal error exits with status 1."""
 
@@ -134,12 +185,15 @@ def add_fuzz_parser(sub, formatter):
                    help="where to write results.jsonl, summary.json and repro scripts")
     f.add_argument("--no-reduce", action="store_true", help="write failures unreduced")
     f.add_argument("--no-progress", action="store_true", help="no progress bar")
+    f.add_argument("--resume", action="store_true",
+                   help="continue the campaign in --out (same seeds, same commit): run only "
+                        "the seeds its results.jsonl lacks")
 
 
 def cmd_fuzz(args) -> int:
     summary = run_campaign(args.seeds, args.jobs, Path(args.out),
                            reduce=not args.no_reduce,
-                           progress=False if args.no_progress else None)
+                           progress=False if args.no_progress else None, resume=args.resume)
     for record in summary.failures:
         print(f"seed {record['seed']}: {record['status']}: repro {record.get('repro', '-')}")
     print(summary.line())
