@@ -223,16 +223,20 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
         low = _lower(tm, optimizer, tgt, switches)
         step("plan memory")
         train, plan = low.train, low.plan
+        coupled = None  # the layers that couple samples: a float64 probe, run once
         if memory_budget is not None:  # micro-batch / recompute / page to fit (memory/)
+            coupled = batch_coupled_layers(model, tm, example_inputs)
             low, train, plan = fit_micro_batched(
                 low, lambda k: _lower(trace(k), optimizer, tgt, switches), memory_budget,
-                target, batch, micro_batches,
-                bool(batch_coupled_layers(model, tm, example_inputs)),
+                target, batch, micro_batches, bool(coupled),
                 one_batch_dimension(example_inputs, labels))
         tm, library, predict, state, opt_state = (low.tm, low.library, low.predict,
                                                   low.state, low.opt_state)
         inputs, label_slot, output, frozen = low.inputs, low.labels, low.output, low.frozen
-        warn_batch_coupled(model, tm, tm.micro_batches, batch, example_inputs)
+        if tm.micro_batches > 1:
+            warn_batch_coupled(coupled if coupled is not None else
+                               batch_coupled_layers(model, tm, example_inputs),
+                               tm.micro_batches, batch)
         check_board_fit(tgt, plan, inputs, label_slot, output,
                         weight_bytes=sum(s.nbytes for s in state.values()) + low.folded_bytes)
         step("write C project")

@@ -114,11 +114,10 @@ def batch_coupled_layers(model, tm, example_inputs=()) -> list[str]:
     return names or [name for name in tm.buffer_updates]
 
 
-def warn_batch_coupled(model, tm, k: int, batch: int, example_inputs=()) -> None:
-    if k <= 1:
-        return
-    layers = batch_coupled_layers(model, tm, example_inputs)
-    if not layers:
+def warn_batch_coupled(layers: list[str], k: int, batch: int) -> None:
+    """Warn that micro-batches of batch / k samples change what `layers` (the
+    batch_coupled_layers) compute."""
+    if k <= 1 or not layers:
         return
     shown = ", ".join(layers[:4]) + (", ..." if len(layers) > 4 else "")
     warnings.warn(
