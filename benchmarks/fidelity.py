@@ -6,9 +6,11 @@ judged step by step against PyTorch in float64 (ubitrain.fidelity.referee).
 
 Per model and batch: parameters, the verdict (match / near kink / mismatch / error), the
 closest check as error / tolerance (below 1 is a pass; "error" is the C's largest
-difference from float64, "tolerance" 8x float32 PyTorch's own plus 4 roundings), and the
-seconds the whole judgement took (compile, C build, 3 steps, 4 PyTorch runs a step). The
-README's table comes from this script.
+difference from float64, "tolerance" 8x float32 PyTorch's own plus 4 roundings), how many
+near-kink activations took the C's side in PyTorch's runs (fidelity/sides.py: a run with
+elements near a kink is judged again with the C's side replayed), and the seconds the whole
+judgement took (compile, C build, 3 steps, 4 PyTorch runs a step; a replay builds again).
+The README's table comes from this script.
 """
 
 import argparse
@@ -38,6 +40,8 @@ def run(model, batch: int) -> dict:
         row.update(verdict=verdict.status, closest=str(closest),
                    ratio=closest.error / max(closest.tolerance, 1e-300),
                    near_kinks={str(k): v for k, v in verdict.near_kinks.items()},
+                   replayed=sum(verdict.replayed.values()),
+                   unreplayed={str(k): v for k, v in verdict.unreplayed.items()},
                    failures=[str(c) for c in verdict.failures])
     except Exception as err:  # noqa: BLE001 - the table says what failed, and goes on
         row.update(verdict="error", detail="".join(
@@ -55,7 +59,8 @@ def main():
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     rows = []
-    print(f"{'model':16} {'batch':>5} {'params':>10}  {'verdict':10} {'closest':>8} {'s':>6}")
+    print(f"{'model':16} {'batch':>5} {'params':>10}  {'verdict':10} {'closest':>8} "
+          f"{'replayed':>8} {'s':>6}")
     for name in args.models:
         model = real_model(name)
         for batch in args.batches or model.batches:
@@ -63,7 +68,7 @@ def main():
             rows.append(row)
             ratio = f"{row['ratio']:.2f}" if "ratio" in row else "-"
             print(f"{row['model']:16} {batch:>5} {row['params']:>10,}  {row['verdict']:10} "
-                  f"{ratio:>8} {row['seconds']:>6}", flush=True)
+                  f"{ratio:>8} {row.get('replayed', '-'):>8} {row['seconds']:>6}", flush=True)
             for line in row.get("failures", [])[:5] + [row.get("detail", "")]:
                 if line:
                     print(f"    {line}")

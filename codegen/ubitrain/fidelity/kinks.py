@@ -174,17 +174,24 @@ def near_kinks(exact: Decisions, rounded: Decisions) -> list[str]:
     if exact.ops != rounded.ops:
         return [f"the float32 run took other ops ({len(rounded.ops)} kink ops against "
                 f"{len(exact.ops)})"]
-    found = []
-    for op, d64, d32 in zip(exact.ops, exact.distances, rounded.distances):
+    return [f"{op}: {int(near.sum())} of {near.size} elements"
+            for op, near in zip(exact.ops, near_masks(exact, rounded)) if near is not None]
+
+
+def near_masks(exact: Decisions, rounded: Decisions) -> list[np.ndarray | None]:
+    """Per op call of `exact` (same ops as `rounded`), which elements are near their kink;
+    None for a call with none."""
+    masks = []
+    for d64, d32 in zip(exact.distances, rounded.distances):
         d64, d32 = np.broadcast_arrays(d64, d32)
         finite = np.isfinite(d64) & np.isfinite(d32)
         if not finite.any():
+            masks.append(None)
             continue
         spread = float(np.max(np.abs(d32[finite] - d64[finite]), initial=0.0))
         scale = float(np.max(np.abs(d64[finite]), initial=0.0))
         reach = MARGIN * max(spread, 4 * FLOAT32_EPS * scale)
         tie = (d64 == 0) & (d32 == 0)
         near = finite & ~tie & (np.abs(d64) <= reach)
-        if near.any():
-            found.append(f"{op}: {int(near.sum())} of {d64.size} elements")
-    return found
+        masks.append(near if near.any() else None)
+    return masks

@@ -23,20 +23,24 @@ a magnitude of g: every check is then linear in the rounding. Compared as it is,
 that is pure rounding noise (one BatchNorm cancels exactly: its true value is 0) would have
 its float32 spread squared, and a factor 3 of rounding noise on g would fail as a factor 9.
 
-A failed check at a step where an element sat near a kink (kinks.py) is not a mismatch but
-"near kink": both sides of a kink are valid float32 results. The fuzzer draws new data for
-such a model.
+A failed check at a step where an element sat near a kink (kinks.py) is undecided: both
+sides of a kink are valid float32 results. `judge` then decides it (sides.py): it builds the
+model again with a trace hook, replays the C's side of every near-kink element in PyTorch's
+runs, and judges again; only a step whose near-kink ops it cannot replay stays "near kink".
+The fuzzer draws new data for such a model.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from .kinks import FLOAT32_EPS, near_kinks
+from .kinks import FLOAT32_EPS, near_kinks, near_masks
 from .reference import FLOAT32_VARIANTS, Reference
+from .sides import ForwardCapture, SideReplay, traced
 
 SPREAD_FACTOR = 8.0
 FLOOR = 4.0  # float32 roundings of the tensor's largest value
@@ -65,6 +69,8 @@ class Verdict:
     status: str  # "match", "mismatch", "near kink" or "diverges" (PyTorch's loss is not finite)
     checks: list[Check] = field(default_factory=list)
     near_kinks: dict[int, list[str]] = field(default_factory=dict)  # step -> ops
+    replayed: dict[int, int] = field(default_factory=dict)  # step -> elements on the C's side
+    unreplayed: dict[int, list[str]] = field(default_factory=dict)  # step -> ops (sides.py)
     # what the C computed: per step (loss, state, optimizer state), then predict's output
     trajectory: list = field(default_factory=list, repr=False)
 
@@ -76,13 +82,19 @@ class Verdict:
         if self.status == "match":
             worst = max(self.checks, key=lambda c: c.error / max(c.tolerance, 1e-300),
                         default=None)
-            return "match" + (f" (closest: {worst})" if worst else "")
-        lines = [self.status] + [f"  {c}" for c in self.failures[:8]]
+            return "match" + (f" (closest: {worst})" if worst else "") + self._replayed()
+        lines = [self.status + self._replayed()] + [f"  {c}" for c in self.failures[:8]]
         if len(self.failures) > 8:
             lines.append(f"  ... {len(self.failures) - 8} more")
         for step, ops in self.near_kinks.items():
             lines.append(f"  near a kink at step {step}: {'; '.join(ops)}")
+        for step, ops in self.unreplayed.items():
+            lines.append(f"  not replayed at step {step}: {'; '.join(ops)}")
         return "\n".join(lines)
+
+    def _replayed(self) -> str:
+        n = sum(self.replayed.values())
+        return f" ({n} near-kink elements took the C's side)" if n else ""
 
 
 def compare(name, step, got, exact, rounded: list, base=None) -> Check:
@@ -106,23 +118,37 @@ def compare(name, step, got, exact, rounded: list, base=None) -> Check:
     return Check(step, name, err(got), spread, SPREAD_FACTOR * spread + floor)
 
 
-def referee(trainer, reference: Reference, batches, seed: int = 0) -> Verdict:
+def referee(trainer, reference: Reference, batches, seed: int = 0,
+            capture: ForwardCapture | None = None) -> Verdict:
     """Train `trainer` (the generated C, built with `seed`) on `batches` = [(x..., y)] and
-    judge every step against `reference`; the trainer's state moves on as it goes."""
+    judge every step against `reference`; the trainer's state moves on as it goes. With
+    `capture` (the trainer's forward tensors, sides.py), PyTorch takes the C's side of each
+    near-kink element."""
     state = reference.initial_state()
     opt_state: dict[str, np.ndarray] = {}
     rng = seed
-    checks, kinks, trajectory = [], {}, []
+    checks, kinks, trajectory, replayed, unreplayed = [], {}, [], {}, {}
     for k, batch in enumerate(batches, 1):
         exact = reference.step(state, opt_state, k, batch, rng, torch.float64, record=True)
         if not np.isfinite(exact.loss):  # PyTorch itself diverges: nothing to compare with
-            return Verdict("diverges", checks, kinks, trajectory)
+            return Verdict("diverges", checks, kinks, trajectory=trajectory)
         rounded = [reference.step(state, opt_state, k, batch, rng, torch.float32, v,
                                   record=(i == 0)) for i, v in enumerate(FLOAT32_VARIANTS)]
         found = near_kinks(exact.decisions, rounded[0].decisions)
         if found:
             kinks[k] = found
         loss = trainer.step(*batch)
+        if found and capture is not None:  # again, on the C's side of every near kink
+            near = near_masks(exact.decisions, rounded[0].decisions)
+            replays = [SideReplay(capture.steps[-1], near) for _ in range(1 + len(rounded))]
+            exact = reference.step(state, opt_state, k, batch, rng, torch.float64,
+                                   recorder=replays[0])
+            rounded = [reference.step(state, opt_state, k, batch, rng, torch.float32, v,
+                                      recorder=r)
+                       for v, r in zip(FLOAT32_VARIANTS, replays[1:])]
+            replayed[k] = replays[0].replayed
+            if replays[0].unreplayed:
+                unreplayed[k] = replays[0].unreplayed
         new_state, new_opt = trainer.parameters(), trainer.optimizer_state()
         trajectory.append((loss, new_state, new_opt))
         checks.append(compare("loss", k, loss, exact.loss, [r.loss for r in rounded]))
@@ -148,13 +174,15 @@ def referee(trainer, reference: Reference, batches, seed: int = 0) -> Verdict:
     trajectory.append(output)
     checks.append(compare("predict", 0, output, exact.output, [r.output for r in rounded]))
     failed_steps = {c.step for c in checks if not c.ok}
+    undecided = {k for k in kinks if capture is None or k == 0 or k in unreplayed}
     if not failed_steps:
         status = "match"
-    elif failed_steps <= set(kinks):
+    elif failed_steps <= undecided:
         status = "near kink"
     else:
         status = "mismatch"
-    return Verdict(status, checks, kinks, trajectory)
+    return Verdict(status, checks, kinks, trajectory=trajectory, replayed=replayed,
+                   unreplayed=unreplayed)
 
 
 def kinks_along(reference: Reference, batches, seed: int = 0) -> dict[int, list[str]]:
@@ -182,7 +210,21 @@ def judge(model, batches, optimizer, out_dir, loss: str = "cross_entropy", seed:
     from ..api import compile as ub_compile
 
     *xs, y = batches[0]
-    pkg = ub_compile(model, tuple(xs), y, loss=loss, optimizer=optimizer, out_dir=out_dir,
-                     **compile_options)
-    trainer = pkg.build(seed=seed, arena_fill=0xFF)
-    return referee(trainer, Reference(model, optimizer, loss, pkg.trainable), batches, seed)
+
+    def build(directory):
+        pkg = ub_compile(model, tuple(xs), y, loss=loss, optimizer=optimizer,
+                         out_dir=directory, **compile_options)
+        return pkg, pkg.build(seed=seed, arena_fill=0xFF)
+
+    pkg, trainer = build(out_dir)
+    reference = Reference(model, optimizer, loss, pkg.trainable)
+    verdict = referee(trainer, reference, batches, seed)
+    if verdict.status != "near kink":
+        return verdict
+    # undecided: again with the C's forward tensors, its side of every near kink replayed
+    pkg, trainer = traced(lambda: build(Path(out_dir).with_name(Path(out_dir).name + "_sides")))
+    capture = ForwardCapture(trainer, pkg)
+    try:
+        return referee(trainer, reference, batches, seed, capture)
+    finally:
+        capture.close()

@@ -215,9 +215,11 @@ class Reference:
         return out
 
     def step(self, state, opt_state, step: int, batch, rng_state: int, dtype=torch.float64,
-             variant: Variant = EXACT, record: bool = False) -> StepResult:
+             variant: Variant = EXACT, record: bool = False,
+             recorder: DecisionRecorder | None = None) -> StepResult:
         """One step (the `step`-th, 1-based) from `state` and `opt_state` on `batch`
-        = (x..., y)."""
+        = (x..., y). `record`: keep the kink decisions (in `recorder` when given: a
+        sides.SideReplay also forces some)."""
         m, gen = self._instance(state, dtype, variant)
         m.train()
         params = dict(m.named_parameters())
@@ -237,7 +239,8 @@ class Reference:
         target = _tensor(y)
         if target.dtype.is_floating_point:
             target = target.to(dtype)
-        recorder = DecisionRecorder() if record else contextlib.nullcontext()
+        record = record or recorder is not None
+        recorder = recorder or (DecisionRecorder() if record else contextlib.nullcontext())
         with variant.settings(gen), _UbDropout(rng_state) as dropout, \
                 _ContiguousGradients(), recorder:
             loss = LOSSES[self.loss](m(*xs), target)

@@ -1,0 +1,100 @@
+"""Replaying the C's side of near-kink elements in PyTorch (fidelity/sides.py): the forced
+side changes exactly the gradient PyTorch's own autograd gives for that side, and only at
+elements near their kink."""
+
+import numpy as np
+import torch
+from torch import nn
+
+import ubitrain as ub
+from ubitrain.fidelity.kinks import near_masks
+from ubitrain.fidelity.reference import Reference
+from ubitrain.fidelity.sides import SideReplay
+
+W, B = 1 + 2 ** -15, -(1 + 2 ** -14)  # W * W + B: 2**-30 in float64, 0 in float32
+
+
+class ReluNearZero(nn.Module):
+    """fc's first output sits 2**-30 above ReLU's kink (float32 rounds it to the kink); its
+    second is far from any kink."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.head = nn.Linear(1, 2), nn.Linear(2, 2)
+        with torch.no_grad():
+            self.fc.weight.copy_(torch.tensor([[W], [1.0]]))
+            self.fc.bias.copy_(torch.tensor([B, 0.0]))
+
+    def forward(self, x):
+        return self.head(torch.relu(self.fc(x)))
+
+
+class PoolNearTie(nn.Module):
+    """A max pool whose one window holds two elements 1e-12 apart: a tie in float32."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(1, 1, 1, 2))
+        self.head = nn.Linear(1, 2)
+
+    def forward(self, x):
+        return self.head(nn.functional.max_pool2d(x * self.w, (1, 2)).flatten(1))
+
+
+def _steps(model_class, x, c_tensors, near=None):
+    """The float64 step as is, and with `c_tensors` as the C's forward (near: kinks.py's, or
+    given); each the change of every parameter under SGD(lr=1), i.e. minus the gradient."""
+    torch.manual_seed(0)  # the head's initial weights
+    model = model_class()
+    ref = Reference(model, ub.SGD(lr=1.0), "cross_entropy", [n for n, _ in
+                                                             model.named_parameters()])
+    state, batch = ref.initial_state(), (x, torch.tensor([1]))
+    exact = ref.step(state, {}, 1, batch, 0, torch.float64, record=True)
+    rounded = ref.step(state, {}, 1, batch, 0, torch.float32, record=True)
+    replay = SideReplay(c_tensors, near if near is not None else
+                        near_masks(exact.decisions, rounded.decisions))
+    forced = ref.step(state, {}, 1, batch, 0, torch.float64, recorder=replay)
+    change = {k: forced.state[k] - state[k] for k in state}
+    return {k: exact.state[k] - state[k] for k in state}, change, replay
+
+
+def test_the_c_side_of_a_relu_near_its_kink_is_replayed():
+    x = torch.tensor([[W]])
+    # the C's copy of the ReLU's output: its float32 result, 0 for the first element
+    c = [np.array([0.0, W])]
+    plain, forced, replay = _steps(ReluNearZero, x, c)
+    assert replay.replayed == 1 and not replay.unreplayed
+    assert plain["fc.weight"][0, 0] != 0  # float64 passes the gradient to the first output
+    assert forced["fc.weight"][0, 0] == 0 and forced["fc.bias"][0] == 0  # the C's side stops it
+    np.testing.assert_array_equal(forced["fc.weight"][1], plain["fc.weight"][1])
+
+
+def test_an_element_far_from_its_kink_is_never_forced():
+    """A C that put a far element on the other side is wrong: the replay leaves it, so the
+    referee sees the difference."""
+    x = torch.tensor([[W]])
+    c = [np.array([W, 0.0])]  # the second output (1.00003, far from 0) on the wrong side
+    near = [np.array([False, False])]
+    plain, forced, replay = _steps(ReluNearZero, x, c, near)
+    assert replay.replayed == 0
+    for k in plain:
+        np.testing.assert_array_equal(forced[k], plain[k])
+
+
+def test_the_c_choice_in_a_near_tie_of_a_max_pool_is_replayed():
+    x = torch.tensor([[[[1.0, 1.0 + 1e-12]]]], dtype=torch.float64)
+    c = [np.array([1.0 + 1e-6, 1.0])]  # the C's pool input: its first element the larger
+    plain, forced, replay = _steps(PoolNearTie, x, c)
+    assert replay.replayed == 1
+    assert plain["w"][..., 0] == 0 and plain["w"][..., 1] != 0
+    # the gradient moves to the C's element: the same upstream gradient times x[0], not x[1]
+    # (each change is w_new - w_old with w = 1, exact to a float64 rounding of 1)
+    np.testing.assert_allclose(forced["w"][..., 0], plain["w"][..., 1] / (1 + 1e-12),
+                               rtol=0, atol=4e-16)
+    assert forced["w"][..., 1] == 0
+
+
+def test_a_near_kink_op_without_a_c_tensor_stays_undecided():
+    x = torch.tensor([[W]])
+    _, _, replay = _steps(ReluNearZero, x, [np.array([5.0, -5.0])])  # matches nothing
+    assert replay.replayed == 0 and replay.unreplayed
