@@ -261,6 +261,9 @@ def test_integer_fedavg_refuses_float_replies_and_mixed_weights():
                                    "w0.exponent": np.array([0], np.int32)}, 1)])
     with pytest.raises(ub.UbitrainError, match="same weights"):
         integer_fedavg([good[0], ({"w0": np.zeros(3, np.int8)}, 1)])
+    with pytest.raises(ub.UbitrainError, match=r"shape \[4\], reply 0 of shape \[3\]"):
+        integer_fedavg([good[0], ({"w0": np.zeros(4, np.int8),
+                                   "w0.exponent": np.array([0], np.int32)}, 1)])
     with pytest.raises(ub.UbitrainError, match="rounding='floor'"):
         integer_fedavg(good, "floor")
 
@@ -366,7 +369,9 @@ def test_the_int8_servers_model_is_the_rule_applied_to_the_clients_updates(int8_
         assert all(np.array_equal(model[k], checkpoints[0][k]) for k in model
                    if k.endswith(".exponent"))
     assert any(not np.array_equal(checkpoints[2][k], checkpoints[0][k]) for k in want)
-    assert lines[-1].startswith("fleet: 3 clients, 2 rounds, test accuracy ")
+    assert lines[-1] == (f"fleet: 3 clients, 2 rounds, test accuracy "
+                         f"{100 * result['accuracy']:.1f}% (centralized "
+                         f"{100 * result['central_accuracy']:.1f}%)")
 
 
 def test_an_int8_client_trains_from_the_global_model_at_the_fleets_step(int8_fleet_run):

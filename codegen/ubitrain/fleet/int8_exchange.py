@@ -93,6 +93,10 @@ def _checked(updates: list[tuple[dict, int]]) -> list[str]:
         if int(n) < 1:
             raise UbitrainError(f"integer_fedavg: reply {i} trained on {n} samples")
         for name in names:
+            if tensors[name].shape != updates[0][0][name].shape:
+                raise UbitrainError(f"integer_fedavg: reply {i} sends {name} of shape "
+                                    f"{list(tensors[name].shape)}, reply 0 of shape "
+                                    f"{list(updates[0][0][name].shape)}")
             exponent = tensors.get(name + EXPONENT)
             if tensors[name].dtype != np.int8 or exponent is None or \
                     np.asarray(exponent).dtype.kind not in "iu" or np.size(exponent) != 1:
@@ -116,7 +120,7 @@ def integer_fedavg(updates: list[tuple[dict, int]], rounding: str = "nearest",
     total = sum(counts)
     rng = np.random.default_rng(seed) if rounding == "stochastic" else None
     merged = {}
-    for name in sorted(names):
+    for name in names:
         exps = [int(np.asarray(t[name + EXPONENT]).reshape(-1)[0]) for t, _ in updates]
         lo, top = min(exps), max(exps)
         if 127 * total * 2.0 ** (top - lo) >= 2.0 ** 62:
@@ -159,11 +163,10 @@ class Int8FedAvg(FedAvg):
         if not valid:
             return None, None
         contents = [m.content for m in valid]
-        updates = [(as_numpy(c.array_records[self.arrayrecord_key]),
-                    int(c.metric_records[next(iter(c.metric_records))][self.weighted_by_key]))
-                   for c in contents]
+        metrics = [next(iter(c.metric_records.values())) for c in contents]
+        updates = [(as_numpy(c.array_records[self.arrayrecord_key]), int(m[self.weighted_by_key]))
+                   for c, m in zip(contents, metrics)]
         merged = integer_fedavg(updates, self.rounding, (self.seed, server_round))
-        steps = sum(int(next(iter(c.metric_records.values()))["local-steps"])
-                    for c in contents)
+        steps = sum(int(m["local-steps"]) for m in metrics)
         merged[STEP] = np.array([self.sent_step + steps], np.int64)
         return as_record(merged), self.train_metrics_aggr_fn(contents, self.weighted_by_key)
