@@ -2,7 +2,7 @@
 sparse updates, and what 100 simulated clients cost on this machine (seconds per round and
 the peak memory of every process of the run: this one, Ray's servers and its workers).
 
-    python benchmarks/fleet.py [--runs iid noniid sparse many] [--out results/fleet.json]
+    python benchmarks/fleet.py [--runs iid noniid sparse many int8] [--out results/fleet.json]
 
 Each run is `ubitrain.fleet.simulate.run_fleet` (what `ubitrain fleet` runs); the first
 round's seconds include starting Ray's workers, so the per-round time is the median of the
@@ -26,6 +26,7 @@ RUNS = {  # name: run_fleet arguments
     "noniid": dict(clients=20, rounds=8, non_iid=0.5),
     "sparse": dict(clients=20, rounds=8, sparse=True),
     "many": dict(clients=100, rounds=4, fraction_fit=1.0, local_steps=5),
+    "int8": dict(clients=20, rounds=8, precision="int8"),
 }
 
 

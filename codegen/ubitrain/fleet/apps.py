@@ -5,6 +5,8 @@ The same two apps run under Flower's simulation engine (simulate.py) and its dep
 engine (a SuperLink and SuperNodes). A simulation worker keeps one trainer and the shards
 for all the rounds and virtual clients it serves: a client's state is the global model,
 loaded at the start of each round, so nothing of it lives in the trainer between rounds.
+An int8 package's clients exchange int8 weights, merged exactly by Int8FedAvg
+(int8_exchange.py).
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx
 
 from .data import digits_fleet
+from .int8_exchange import Int8FedAvg, int8_local_round, is_int8
 from .local import LocalTraining, local_round
+from .records import as_numpy, as_record
 
 STRATEGIES = {"fedavg": FedAvg, "fedprox": FedProx, "fedadam": FedAdam}
 
@@ -57,30 +61,30 @@ class ClientCrash(RuntimeError):
 _PROCESS_STATE: dict = {}  # per process: the trainer and the shards, built once
 
 
+def open_trainer(package, library: Path | None, seed: int):
+    """A trainer of `package`: its host `library` loaded, or (None) the package's target
+    started under its emulator; an int8 package's behind its Int8Trainer."""
+    if library:
+        from ..runtime.host_trainer import HostTrainer
+        trainer = HostTrainer(library, package, seed=seed)
+    else:
+        from ..runtime.target_build import start_trainer
+        from ..targets import get_target
+        trainer = start_trainer(package, get_target(package.target), seed=seed,
+                                progress=False)
+    if getattr(package, "precision", "fp32") == "int8":
+        from ..int8.trainer import Int8Trainer
+        trainer = Int8Trainer(trainer, package)
+    return trainer
+
+
 def trainer_and_shards(setup: FleetSetup):
-    """This process's trainer and the shards, made once: the host library loaded, or (no
-    library) the package's target started under its emulator, behind the same interface."""
+    """This process's trainer and the shards, made once."""
     if setup not in _PROCESS_STATE:
         package = pickle.loads(Path(setup.package_file).read_bytes())
-        if setup.library:
-            from ..runtime.host_trainer import HostTrainer
-            trainer = HostTrainer(setup.library, package, seed=setup.seed)
-        else:
-            from ..runtime.target_build import start_trainer
-            from ..targets import get_target
-            trainer = start_trainer(package, get_target(package.target), seed=setup.seed,
-                                    progress=False)
         shards, _ = digits_fleet(setup.clients, setup.non_iid, setup.seed)
-        _PROCESS_STATE[setup] = (trainer, shards)
+        _PROCESS_STATE[setup] = (open_trainer(package, setup.library, setup.seed), shards)
     return _PROCESS_STATE[setup]
-
-
-def as_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
-    return {k: v.numpy() for k, v in record.items()}
-
-
-def as_record(tensors: dict[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in tensors.items()})
 
 
 def client_reply(setup: FleetSetup, msg: Message, context: Context) -> Message:
@@ -94,11 +98,16 @@ def client_reply(setup: FleetSetup, msg: Message, context: Context) -> Message:
         raise ClientCrash(f"client {client} crashed in round {server_round}")
     trainer, shards = trainer_and_shards(setup)
     x, y = shards[client]
-    update, loss = local_round(trainer, as_numpy(msg.content["arrays"]), x, y, setup.local,
-                               seed=setup.client_seed(client, server_round),
-                               proximal_mu=float(config.get("proximal-mu", 0.0)))
-    metrics = MetricRecord({"num-examples": len(x), "train-loss": loss,
-                            "emulated": int(not setup.library)})
+    seed = setup.client_seed(client, server_round)
+    metrics = {"num-examples": len(x), "emulated": int(not setup.library)}
+    if is_int8(trainer):
+        update, loss = int8_local_round(trainer, as_numpy(msg.content["arrays"]), x, y,
+                                        setup.local, seed)
+        metrics["local-steps"] = setup.local.steps
+    else:
+        update, loss = local_round(trainer, as_numpy(msg.content["arrays"]), x, y, setup.local,
+                                   seed, proximal_mu=float(config.get("proximal-mu", 0.0)))
+    metrics = MetricRecord({**metrics, "train-loss": loss})
     return Message(RecordDict({"arrays": as_record(update), "metrics": metrics}), reply_to=msg)
 
 
@@ -151,6 +160,7 @@ class ServerPlan:
     strategy_args: dict = field(default_factory=dict)
     seed: int = 0
     on_round: object = None  # (metrics) -> None, after each round's evaluation
+    precision: str = "fp32"  # "int8": int8 clients, merged by Int8FedAvg (strategy fedavg)
     result: dict = field(default_factory=dict)  # filled by the run: the strategy, the model
 
 
@@ -169,7 +179,8 @@ def run_server(plan: ServerPlan, clients: int, grid: Grid) -> None:
     random.seed(plan.seed)  # Flower samples the round's clients with `random`
     # Flower sizes a round's sample by the nodes connected at that moment: min_train_nodes
     # keeps the first round from starting with whichever clients came up first
-    strategy = metered(STRATEGIES[plan.strategy])(
+    merge = Int8FedAvg if plan.precision == "int8" else STRATEGIES[plan.strategy]
+    strategy = metered(merge)(
         fraction_train=plan.fraction_fit, fraction_evaluate=0.0,
         min_train_nodes=max(int(clients * plan.fraction_fit), 1),
         min_available_nodes=clients, **plan.strategy_args)

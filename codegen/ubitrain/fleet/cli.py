@@ -9,7 +9,9 @@ model to a fraction of them, each trains it for --local-steps steps of the gener
 own shard, and the server merges their updates (--strategy). The global model is evaluated
 and checkpointed after every round; one line a round gives its test accuracy, loss, the bytes
 sent each way and the seconds. The same model trained centrally on as many samples is the
-yardstick. The last line is exactly:
+yardstick. With --precision int8 the clients train with NITI's integer-only int8 and send int8
+weights with their exponents, which the server averages exactly in integers and rounds back
+to int8 (--int8-rounding). The last line is exactly:
   fleet: N clients, R rounds, test accuracy A% (centralized C%)"""
 
 FLEET_EPILOG = """\
@@ -18,6 +20,7 @@ examples:
   ubitrain fleet --clients 100 --rounds 5 --fraction-fit 0.2 --non-iid 0.5
   ubitrain fleet --clients 10 --rounds 5 --sparse --strategy fedadam
   ubitrain fleet --strategy fedprox --momentum 0
+  ubitrain fleet --clients 20 --rounds 8 --precision int8
   ubitrain fleet --model mynet.py:factory     a factory of a module for 1x8x8 images, 10 classes"""
 
 
@@ -41,9 +44,15 @@ def add_fleet_parser(sub, formatter):
                    help="a factory returning a module for [batch, 1, 8, 8] images and 10 "
                         "classes (default: the demo's digits CNN)")
     f.add_argument("--batch", type=int, default=16, help="local batch size (default 16)")
-    f.add_argument("--lr", type=float, default=0.05, help="local SGD learning rate")
+    f.add_argument("--lr", type=float, default=0.05, help="local SGD learning rate (fp32)")
     f.add_argument("--momentum", type=float, default=0.9,
-                   help="local SGD momentum (default 0.9; restarted every round)")
+                   help="local SGD momentum (default 0.9; restarted every round; fp32)")
+    f.add_argument("--precision", choices=("fp32", "int8"), default="fp32",
+                   help="fp32 (SGD) or int8 clients (NITI; the CNN without BatchNorm and "
+                        "biases, mu 5, 4, 3 over the thirds of the fleet's steps)")
+    f.add_argument("--int8-rounding", choices=("nearest", "stochastic"), default="nearest",
+                   help="int8: how the server rounds the exact mean back to int8 (default "
+                        "nearest, ties to even; stochastic: seeded by --seed and the round)")
     f.add_argument("--target", default="host",
                    help="the clients' target (default host; another runs under its emulator)")
     f.add_argument("--out-dir", default="build/fleet",
@@ -65,5 +74,5 @@ def cmd_fleet(args) -> int:
               fraction_fit=args.fraction_fit, non_iid=args.non_iid, sparse=args.sparse,
               proximal_mu=args.proximal_mu, out_dir=args.out_dir, seed=args.seed,
               progress=False if args.no_progress else None, model=model, verbose=args.verbose,
-              target=args.target)
+              target=args.target, precision=args.precision, rounding=args.int8_rounding)
     return 0

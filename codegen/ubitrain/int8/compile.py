@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..api import Package
 from ..errors import CompileError
 from ..frontend.onnx_import import is_onnx_model, load_onnx
 from ..memory.plan import plan_memory
@@ -28,27 +29,23 @@ from .update import NITI
 MAX_CLASSES = 512  # the softmax gradient's P * 2^11 stays within int32
 
 
-def _package_type():
-    from ..api import Package
+@dataclass
+class Int8Package(Package):
+    """A compiled int8 model; `build()` returns an Int8Trainer. A module-level class, so that
+    a package pickles (the fleet sends it to its worker processes)."""
 
-    @dataclass
-    class Int8Package(Package):
-        """A compiled int8 model; `build()` returns an Int8Trainer."""
+    layer_program: LayerProgram | None = field(default=None, repr=False)
+    placement: list | None = field(default=None, repr=False)  # hexagon-v66: DSP / CPU
+    segments: list | None = field(default=None, repr=False)  # dsp_offload: DSP methods
+    overlaps: list | None = field(default=None, repr=False)  # CPU kernels during each
+    config: NITI | None = None
+    precision: str = "int8"
 
-        layer_program: LayerProgram | None = field(default=None, repr=False)
-        placement: list | None = field(default=None, repr=False)  # hexagon-v66: DSP / CPU
-        segments: list | None = field(default=None, repr=False)  # dsp_offload: DSP methods
-        overlaps: list | None = field(default=None, repr=False)  # CPU kernels during each
-        config: NITI | None = None
-        precision: str = "int8"
-
-        def build(self, seed: int = 0, **kwargs) -> Int8Trainer:
-            if self.segments is not None:
-                from .offload_trainer import start_split_trainer
-                return Int8Trainer(start_split_trainer(self, seed), self)
-            return Int8Trainer(super().build(seed=seed, **kwargs), self)
-
-    return Int8Package
+    def build(self, seed: int = 0, **kwargs) -> Int8Trainer:
+        if self.segments is not None:
+            from .offload_trainer import start_split_trainer
+            return Int8Trainer(start_split_trainer(self, seed), self)
+        return Int8Trainer(super().build(seed=seed, **kwargs), self)
 
 
 def freeze(program: LayerProgram, trainable, no_grad: frozenset = frozenset()) -> None:
@@ -156,7 +153,7 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
     render_project(out_dir, model_name, train, progs.predict, plan, kernels,
                    progs.state, progs.opt_state, list(program.weights), progs.inputs,
                    progs.labels, progs.output, program.classes)
-    return _package_type()(
+    return Int8Package(
         out_dir=out_dir, model_name=model_name, target=target, memory_plan=plan,
         inputs=progs.inputs, labels=progs.labels, output=progs.output, classes=program.classes,
         trainable=[c.weight for c in program.convs() if c.trainable],

@@ -185,6 +185,20 @@ class TrainerBase:
             if t[1] == OPTIMIZER_STATE:
                 self._check(self._set(i, np.zeros(t[3], t[2])), f"set_tensor({t[0]})")
 
+    def load_optimizer_state(self, values: dict) -> None:
+        """Optimizer-state tensors by name, as optimizer_state() gives them: all checked
+        first, then written."""
+        by_name = {t[0]: i for i, t in enumerate(self.tensors) if t[1] == OPTIMIZER_STATE}
+        unknown = [k for k in values if k not in by_name]
+        if unknown:
+            raise InputError(f"unknown optimizer state names {unknown}; known: {list(by_name)}")
+        checked = [(k, by_name[k], self._as_array(v, self.tensors[by_name[k]][3],
+                                                  self.tensors[by_name[k]][2],
+                                                  f"optimizer state '{k}'"))
+                   for k, v in values.items()]
+        for name, i, arr in checked:
+            self._check(self._set(i, arr), f"set_tensor({name})")
+
     def load_parameters(self, values: dict) -> None:
         """Every tensor of `values` checked first, then all written: a bad entry leaves the
         trainer as it was."""
