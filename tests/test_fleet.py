@@ -391,3 +391,12 @@ def test_an_int8_client_trains_from_the_global_model_at_the_fleets_step(int8_fle
     assert trainer.int8_state()["niti.state"][0] == 9 + 3
     sent = [u for u, _ in result["strategy"].replies[2]]
     assert sum(all(np.array_equal(u[k], update[k]) for k in update) for u in sent) == 1
+
+
+def test_int8_fleet_refuses_sgd_options():
+    """--lr and --momentum set SGD's step; int8 clients run NITI's update, which has neither:
+    given with --precision int8 they are an error, not silently ignored."""
+    from ubitrain.cli import main
+
+    with pytest.raises(SystemExit, match="--lr and --momentum"):
+        main(["fleet", "--precision", "int8", "--lr", "0.1", "--momentum", "0"])

@@ -44,9 +44,10 @@ def add_fleet_parser(sub, formatter):
                    help="a factory returning a module for [batch, 1, 8, 8] images and 10 "
                         "classes (default: the demo's digits CNN)")
     f.add_argument("--batch", type=int, default=16, help="local batch size (default 16)")
-    f.add_argument("--lr", type=float, default=0.05, help="local SGD learning rate (fp32)")
-    f.add_argument("--momentum", type=float, default=0.9,
-                   help="local SGD momentum (default 0.9; restarted every round; fp32)")
+    f.add_argument("--lr", type=float, default=None,
+                   help="local SGD learning rate (default 0.05; fp32 only)")
+    f.add_argument("--momentum", type=float, default=None,
+                   help="local SGD momentum (default 0.9; restarted every round; fp32 only)")
     f.add_argument("--precision", choices=("fp32", "int8"), default="fp32",
                    help="fp32 (SGD) or int8 clients (NITI; the CNN without BatchNorm and "
                         "biases, mu 5, 4, 3 over the thirds of the fleet's steps)")
@@ -65,12 +66,21 @@ def add_fleet_parser(sub, formatter):
 def cmd_fleet(args) -> int:
     from .simulate import run_fleet
 
+    if args.precision == "int8":
+        given = [f"--{n}" for n in ("lr", "momentum") if getattr(args, n) is not None]
+        if given:
+            raise SystemExit(f"ubitrain fleet: {' and '.join(given)} set SGD's step, which int8 "
+                             "clients do not run: NITI's update has no learning rate or "
+                             "momentum (its schedule is mu 5, 4, 3 over the fleet's steps). "
+                             "Leave them out with --precision int8")
+    lr = 0.05 if args.lr is None else args.lr
+    momentum = 0.9 if args.momentum is None else args.momentum
     model = None
     if args.model:
         from ..cli import load_factory
         model = load_factory(args.model)
     run_fleet(clients=args.clients, rounds=args.rounds, local_steps=args.local_steps,
-              batch=args.batch, lr=args.lr, momentum=args.momentum, strategy=args.strategy,
+              batch=args.batch, lr=lr, momentum=momentum, strategy=args.strategy,
               fraction_fit=args.fraction_fit, non_iid=args.non_iid, sparse=args.sparse,
               proximal_mu=args.proximal_mu, out_dir=args.out_dir, seed=args.seed,
               progress=False if args.no_progress else None, model=model, verbose=args.verbose,
