@@ -3,12 +3,16 @@ nn.MultiheadAttention, each configuration judged over 3 steps against PyTorch in
 (ubitrain.fidelity.referee) with SGD (momentum) and Adam; and what is not supported is
 refused by name."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
+from op_harness import RTOL, rel_err
 from torch import nn
 
 import ubitrain as ub
+from ubitrain.fidelity.dropout import dropout_mask
 from ubitrain.fidelity.referee import judge
 
 CLASSES = 3
@@ -143,6 +147,40 @@ def test_scaled_dot_product_attention_trains_like_pytorch(make, batch, length, f
 def test_multihead_attention_trains_like_pytorch(make, batch, length, optimizer, tmp_path):
     torch.manual_seed(0)
     assert_match(judge(make(), batches((batch, length, 4)), optimizer, tmp_path))
+
+
+def test_multihead_attention_dropout_uses_the_c_runtime_masks(tmp_path, monkeypatch):
+    """need_weights=True: the dropout on the attention weights is the C runtime's Dropout.
+    The referee cannot give PyTorch those masks there (F.dropout is called inside
+    F.multi_head_attention_forward, which its TorchFunctionMode sees as one call), so this
+    replaces F.dropout itself, which that function looks up, in a float64 PyTorch step."""
+    torch.manual_seed(0)
+    model = MHA(8, 2, 5)
+    model.attn.dropout = 0.25
+    (x, y), = batches((2, 5, 4), steps=1)
+    seed = 7
+    trainer = ub.compile(model, (x,), y, optimizer=ub.SGD(lr=0.1, momentum=0.9),
+                         out_dir=tmp_path).build(seed=seed)
+    trainer.step(x, y)
+    got = trainer.parameters()
+
+    rng = [seed]
+
+    def c_runtime_dropout(t, p=0.5, training=True, inplace=False):
+        mask, rng[0] = dropout_mask(rng[0], tuple(t.shape), p)
+        return t * torch.from_numpy(mask).to(t.dtype)
+
+    ref = copy.deepcopy(model).double()
+    before = {n: p.detach().clone() for n, p in ref.named_parameters()}
+    optimizer = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    monkeypatch.setattr(F, "dropout", c_runtime_dropout)
+    F.cross_entropy(ref(x.double()), y).backward()
+    optimizer.step()
+    monkeypatch.undo()
+    assert rng[0] != seed, "PyTorch's MultiheadAttention drew no Dropout mask"
+    for name, p in ref.named_parameters():
+        change = (p - before[name]).detach().numpy()
+        assert rel_err(got[name] - before[name].numpy(), change) < RTOL, name
 
 
 class Call(nn.Module):
