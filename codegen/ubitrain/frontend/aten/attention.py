@@ -1,8 +1,10 @@
 """Scaled dot-product attention, as ops the compiler has: softmax(q k^T * scale + mask) v.
 
-This is PyTorch's own math path (at::_scaled_dot_product_attention_math): the scores are a
-batched matmul, the softmax is Relax's (it subtracts each row's maximum before exp), and the
-gradients are those of matmul, multiply and softmax, so no kernel of its own is needed.
+This is what PyTorch's math path computes (at::_scaled_dot_product_attention_math, which
+splits the scale between q and k; here q is scaled, as nn.MultiheadAttention's own
+need_weights=True path does): the scores are a batched matmul, the softmax is Relax's (it
+subtracts each row's maximum before exp), and the gradients are those of matmul, multiply
+and softmax, so no kernel of its own is needed.
 `nn.MultiheadAttention(need_weights=False)` reaches this op too.
 
 A mask must be a constant (frontend/constants.py folds what is computed from constants), so
@@ -29,10 +31,7 @@ _WORKS = ("attn_mask=None, a constant mask (a plain tensor attribute or one comp
 
 def _additive_mask(ctx, mask, is_causal, rows, cols, dtype):
     """(additive mask or None, keep-row factor or None) as numpy constants."""
-    if is_causal:
-        if mask is not None:
-            unsupported(ctx, "scaled_dot_product_attention with both attn_mask and "
-                        "is_causal=True", "PyTorch refuses it too; pass one of them")
+    if is_causal:  # PyTorch refuses an attn_mask with it while tracing
         mask = np.tril(np.ones((rows, cols), dtype=bool))
     elif mask is None:
         return None, None
@@ -58,8 +57,8 @@ def _additive_mask(ctx, mask, is_causal, rows, cols, dtype):
 def scaled_dot_product_attention(ctx, node, q, k, v, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     if dropout_p:
-        unsupported(ctx, f"scaled_dot_product_attention with dropout_p={dropout_p} (its "
-                    "dropout has no seeded mask the C runtime could draw)",
+        unsupported(ctx, f"scaled_dot_product_attention with dropout_p={dropout_p} (a "
+                    "dropout inside the op, not a Dropout layer)",
                     f"use {_WORKS}; nn.MultiheadAttention's dropout works with "
                     "need_weights=True, where it is a Dropout on the attention weights")
     if enable_gqa:
@@ -69,7 +68,6 @@ def scaled_dot_product_attention(ctx, node, q, k, v, attn_mask=None, dropout_p=0
     rows, cols = shape_of(q)[-2], shape_of(k)[-2]
     if scale is None:
         scale = 1.0 / math.sqrt(shape_of(q)[-1])
-    # q * scale first, as nn.MultiheadAttention's own path (need_weights=True) does.
     if scale != 1:
         q = ctx.emit(R.multiply(q, relax.const(scale, dtype)))
     rank = len(shape_of(k))
