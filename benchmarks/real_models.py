@@ -5,11 +5,11 @@ PyTorch's, and its training step next to PyTorch's on one thread.
                                      [--out results/real_models.json]
 
 The models of the fidelity suite (ubitrain.fidelity.real_models: torchvision's classifiers
-at 3x64x64, LeNet-5, a DS-CNN), SGD momentum 0.9. Per model: parameters; `ub.compile`
-seconds; the C build's seconds (CMake, host); the arena (everything the step needs:
-parameters, optimizer state, activations) against PyTorch's measured peak of one step
-(benchmarks/memory.py); the median step of the generated C (`bound_step`) against PyTorch
-eager, both on one thread and timed in interleaved rounds (benchmarks/speed.py).
+at 3x64x64 and a tiny ViT at 3x32x32, LeNet-5, a DS-CNN), SGD momentum 0.9. Per model:
+parameters; `ub.compile` seconds; the C build's seconds (CMake, host); the arena (everything
+the step needs: parameters, optimizer state, activations) against PyTorch's measured peak of
+one step (benchmarks/memory.py); the median step of the generated C (`bound_step`) against
+PyTorch eager, both on one thread and timed in interleaved rounds (benchmarks/speed.py).
 """
 
 from __future__ import annotations

@@ -71,8 +71,9 @@ def source(graph: Graph) -> str:
     for i, node in enumerate(graph.nodes, 1):
         op = OPS[node.op]
         name = f"{node.op}{i}"
-        if op.layer is not None:
-            init.append(f"self.{name} = {op.layer([shapes[j] for j in node.inputs], node.attrs)}")
+        layer = op.layer and op.layer([shapes[j] for j in node.inputs], node.attrs)
+        if layer is not None:  # a module, or a constant tensor (an attention mask)
+            init.append(f"self.{name} = {layer}")
         args = [_value(j) for j in node.inputs]
         body.append(f"{_value(i)} = {op.call(args, node.attrs, name)}")
     leaves = graph.leaves()

@@ -79,6 +79,12 @@ def _tv(name, **kw):
     return make
 
 
+def _vit(**kw):
+    def make():
+        return torchvision_models().vision_transformer.VisionTransformer(num_classes=10, **kw)
+    return make
+
+
 # Dropout is 0 in the torchvision classifiers: PyTorch's masks are not the C runtime's
 # (Dropout itself is checked with the C's own masks by the fuzzer and the op tests).
 REAL_MODELS = [
@@ -94,6 +100,14 @@ REAL_MODELS = [
     RealModel("mnasnet0_5", _tv("mnasnet0_5", dropout=0.0), (3, 64, 64), 10),
     RealModel("mobilenet_v3_small", _tv("mobilenet_v3_small", dropout=0.0), (3, 64, 64), 10),
     RealModel("shufflenet_v2_x0_5", _tv("shufflenet_v2_x0_5"), (3, 64, 64), 10),
+    # torchvision's ViT class at a microcontroller's size: 4x4 patches of a 32x32 image by a
+    # strided conv, a class token and position embedding, 2 pre-norm encoder blocks
+    # (LayerNorm, 4-head nn.MultiheadAttention of width 64, LayerNorm, GELU MLP of 128),
+    # the head on the class token. Its head starts at zero, as torchvision initialises it:
+    # the first step trains only the head.
+    RealModel("vit_tiny", _vit(image_size=32, patch_size=4, num_layers=2, num_heads=4,
+                               hidden_dim=64, mlp_dim=128), (3, 32, 32), 10,
+              notes="2 layers, width 64, 4 heads, 4x4 patches"),
 ]
 
 

@@ -18,7 +18,9 @@ from tvm import relax
 
 from ..errors import CompileError, UnsupportedOpError
 from .aten import ATEN_CONVERTERS, ConvertContext, supported_op_names
+from .constants import fold_constants
 from .forward import StateTensor, TensorSpec, c_name, emit_forward
+from .module_calls import checked_calls
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -29,10 +31,12 @@ def export_module(model: torch.nn.Module, example_inputs: tuple, training: bool)
     was_training = model.training
     model.train(training)
     try:
-        with warnings.catch_warnings():  # torch.export's own deprecation noise, not the user's
-            warnings.simplefilter("ignore", FutureWarning)
+        with warnings.catch_warnings(), checked_calls(model):
+            warnings.simplefilter("ignore", FutureWarning)  # torch.export's, not the user's
             exported = torch.export.export(model, tuple(example_inputs), strict=False)
             exported = exported.run_decompositions({})
+    except UnsupportedOpError:  # a module call refused (frontend/module_calls.py)
+        raise
     except Exception as err:  # torch's own message says which construct it could not trace
         raise CompileError(
             f"torch.export could not trace {type(model).__name__}: {err}. ubitrain needs a "
@@ -63,12 +67,14 @@ def _module_path(node) -> str:
     return path or "<top>"
 
 
-def check_supported(exported) -> None:
+def check_supported(exported, folded=()) -> None:
     """Fail before any lowering, naming every unsupported op, where it is in the module and
-    the supported ops whose names are closest."""
+    the supported ops whose names are closest. `folded`: nodes torch computes at compile
+    time (frontend/constants.py), which need no converter."""
     problems = {}
     for node in exported.graph.nodes:
-        if node.op == "call_function" and node.target not in ATEN_CONVERTERS:
+        if (node.op == "call_function" and node.target not in ATEN_CONVERTERS
+                and node not in folded):
             label = _op_label(node.target)
             problems.setdefault(f"{_module_path(node)}: {label} is not supported", label)
     if problems:
@@ -101,7 +107,8 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
     params, state (parameters and buffers), Dropout masks.
     """
     exported = export_module(model, example_inputs, training)
-    check_supported(exported)
+    folded = fold_constants(exported)
+    check_supported(exported, folded)
     signature = exported.graph_signature
     state_dict, canonical = _state_names(model)
     param_names = set(dict(model.named_parameters(remove_duplicate=False)))
@@ -151,7 +158,9 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
     def body():
         outputs = []
         for node in exported.graph.nodes:
-            if node.op == "call_function":
+            if node in folded:
+                env[node] = _as_constant(folded[node])
+            elif node.op == "call_function":
                 ctx.where = _module_path(node)
                 env[node] = _convert(ctx, node, env)
             elif node.op == "output":
@@ -166,6 +175,12 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
     mod, graph = emit_forward(ctx, inputs, input_specs, state, state_vars, body, extend)
     graph.state_names = list(canonical)
     return mod, graph
+
+
+def _as_constant(value):
+    if isinstance(value, (list, tuple)):
+        return type(value)(_as_constant(v) for v in value)
+    return relax.const(value.cpu().numpy()) if isinstance(value, torch.Tensor) else value
 
 
 def _convert(ctx: ConvertContext, node, env):

@@ -14,6 +14,7 @@ gradient in `training/gradients.py` if Relax has none, and add a case to `tests/
 from . import (  # noqa: F401
     activations,
     arithmetic,
+    attention,
     convolution,
     creation,
     dropout,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from tvm.relax import op as R
 
 from .registry import aten, converts, pair, shape_of, unsupported
@@ -9,8 +11,16 @@ from .registry import aten, converts, pair, shape_of, unsupported
 
 @converts(aten.linear.default)
 def _linear(ctx, node, x, w, b=None):
+    """x @ w^T + b. An input of more than 2 dims (a transformer's tokens) is flattened to
+    rows first, as PyTorch does: a batched matmul's weight gradient would be one (in, out)
+    matrix per leading index, summed afterwards (65x the weight for a ViT's 65 tokens)."""
+    lead = shape_of(x)[:-1]
+    if len(lead) > 1:
+        x = ctx.emit(R.reshape(x, (math.prod(lead), shape_of(x)[-1])))
     y = ctx.emit(R.matmul(x, ctx.emit(R.permute_dims(w, [1, 0]))))
-    return ctx.emit(R.add(y, b)) if b is not None else y
+    if b is not None:
+        y = ctx.emit(R.add(y, b))
+    return ctx.emit(R.reshape(y, (*lead, shape_of(w)[0]))) if len(lead) > 1 else y
 
 
 def _conv_padding(ctx, padding, kernel, dilation) -> list[int]:

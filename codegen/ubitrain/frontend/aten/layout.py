@@ -1,4 +1,4 @@
-"""Views, reshapes, transposes and concatenation: data movement only."""
+"""Views, reshapes, transposes, expand and concatenation: data movement only."""
 
 from __future__ import annotations
 
@@ -62,6 +62,15 @@ def _transpose(ctx, node, x, d0, d1):
 @converts(aten.t.default)
 def _t(ctx, node, x):
     return ctx.emit(R.permute_dims(x, [1, 0])) if len(shape_of(x)) == 2 else x
+
+
+@converts(aten.expand.default)
+def _expand(ctx, node, x, shape, implicit=False):
+    """`x.expand(...)`: -1 keeps a size. A copy, not a view (as every op here but reshape);
+    the gradient sums over the broadcast axes (TVM's broadcast_to rule)."""
+    own = (None,) * (len(shape) - len(shape_of(x))) + shape_of(x)
+    target = tuple(o if s == -1 else int(s) for s, o in zip(shape, own))
+    return x if target == shape_of(x) else ctx.emit(R.broadcast_to(x, target))
 
 
 @converts(aten.clone.default, aten.alias.default, aten.contiguous.default)
