@@ -54,6 +54,29 @@ def test_inplace_dropout_and_stochastic_depth_train_like_pytorch(mode, batch, tm
     assert all(np.isfinite(c.tolerance) for c in verdict.checks)  # every check could fail
 
 
+class ChannelAndAlphaDropout(nn.Module):
+    """Dropout2d (one draw per channel) and AlphaDropout decompose into bernoulli_ too."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.fc = nn.Conv2d(2, 4, 3, padding=1), nn.Linear(4 * 5 * 5, 3)
+        self.drop2d, self.alpha = nn.Dropout2d(0.4), nn.AlphaDropout(0.3)
+
+    def forward(self, x):
+        return self.fc(self.alpha(self.drop2d(torch.tanh(self.conv(x))).flatten(1)))
+
+
+def test_channel_and_alpha_dropout_train_like_pytorch(tmp_path):
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(8, 2, 5, 5, generator=gen), torch.randint(0, 3, (8,), generator=gen))
+               for _ in range(3)]
+    verdict = judge(ChannelAndAlphaDropout(), batches, ub.SGD(lr=0.1, momentum=0.9), tmp_path,
+                    seed=2)
+    assert verdict.status == "match", verdict.summary()
+    assert all(np.isfinite(c.tolerance) for c in verdict.checks)
+
+
 def test_the_referee_tells_other_masks_apart(tmp_path):
     """The C built with one seed, judged as if it had another: the masks differ, so the
     steps must too (the match above is not the masks' doing nothing)."""
