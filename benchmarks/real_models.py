@@ -5,11 +5,12 @@ PyTorch's, and its training step next to PyTorch's on one thread.
                                      [--out results/real_models.json]
 
 The models of the fidelity suite (ubitrain.fidelity.real_models: torchvision's classifiers
-at 3x64x64 and a tiny ViT at 3x32x32, LeNet-5, a DS-CNN), SGD momentum 0.9. Per model:
-parameters; `ub.compile` seconds; the C build's seconds (CMake, host); the arena (everything
-the step needs: parameters, optimizer state, activations) against PyTorch's measured peak of
-one step (benchmarks/memory.py); the median step of the generated C (`bound_step`) against
-PyTorch eager, both on one thread and timed in interleaved rounds (benchmarks/speed.py).
+at 3x64x64 and a tiny ViT at 3x32x32, LeNet-5, a DS-CNN, a 1-D HAR CNN, a fastText-style text
+classifier on token ids), SGD momentum 0.9. Per model: parameters; `ub.compile` seconds; the C
+build's seconds (CMake, host); the arena (everything the step needs: parameters, optimizer
+state, activations) against PyTorch's measured peak of one step (benchmarks/memory.py); the
+median step of the generated C (`bound_step`) against PyTorch eager, both on one thread and
+timed in interleaved rounds (benchmarks/speed.py).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from speed import interleaved_medians, torch_step  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 import ubitrain as ub  # noqa: E402
-from ubitrain.fidelity.real_models import REAL_MODELS, real_model  # noqa: E402
+from ubitrain.fidelity.real_models import REAL_MODELS, batches, real_model  # noqa: E402
 
 LR, MOMENTUM = 0.01, 0.9
 
@@ -41,8 +42,7 @@ def measure(name: str, batch: int, repeat: int, root: Path) -> dict:
     spec = real_model(name)
     torch.manual_seed(0)
     model = spec.make()
-    x = torch.randn(batch, *spec.input_shape)
-    y = torch.randint(0, spec.classes, (batch,))
+    ((x, y),) = batches(spec, batch, steps=1)  # float samples, or token ids (spec.make_input)
     start = time.perf_counter()
     pkg = ub.compile(copy.deepcopy(model), (x,), y, optimizer=ub.SGD(lr=LR, momentum=MOMENTUM),
                      out_dir=root / name, progress=False)

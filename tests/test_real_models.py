@@ -11,7 +11,8 @@ from ubitrain.fidelity.referee import judge
 
 # (model, batch, one sample's shape: None for the model's own; smaller keeps CI short)
 CASES = [("lenet5", 1, None), ("lenet5", 8, None), ("ds_cnn_kws", 4, None),
-         ("mobilenet_v2", 2, (3, 48, 48)), ("vit_tiny", 2, None)]
+         ("mobilenet_v2", 2, (3, 48, 48)), ("vit_tiny", 2, None), ("har_cnn", 1, None),
+         ("har_cnn", 8, None), ("fasttext_bag", 1, None), ("fasttext_bag", 8, None)]
 
 
 @pytest.mark.parametrize("name,batch,sample", CASES, ids=[f"{n}-b{b}" for n, b, _ in CASES])

@@ -1,8 +1,10 @@
-"""The C runtime's Dropout masks, drawn in numpy: what `ub_dropout_mask` (runtime_c/ub_runtime.c)
+"""The C runtime's random masks, drawn in numpy: what `ub_dropout_mask` (runtime_c/ub_runtime.c)
 draws from the same state, bit for bit, so that a PyTorch reference can apply ubitrain's masks.
 
-Each step draws every Dropout mask at its start, in graph order, one SplitMix64 number per
-element; an element is dropped when the top 24 bits, as a float in [0, 1), are below p.
+Each step draws every mask at its start, in graph order, one SplitMix64 number per element;
+an element is 0 when the top 24 bits, as a float in [0, 1), are below p, else the mask's
+scale. Dropout's masks are (p, 1/(1-p)); a `bernoulli_(keep)` (in-place Dropout,
+StochasticDepth: frontend/aten/dropout.py) is (1 - keep, 1).
 """
 
 from __future__ import annotations
@@ -22,13 +24,21 @@ def splitmix64(state: int, n: int) -> tuple[np.ndarray, int]:
     return z ^ (z >> np.uint64(31)), new_state
 
 
-def dropout_mask(state: int, shape, p: float) -> tuple[np.ndarray, int]:
-    """One mask (0 or 1/(1-p) in float32, as the C scales) and the state after it."""
+def dropout_mask(state: int, shape, p: float, scale: float | None = None
+                 ) -> tuple[np.ndarray, int]:
+    """One mask (0 or `scale`, by default Dropout's 1/(1-p), in float32 as the C has them)
+    and the state after it."""
     draws, state = splitmix64(state, int(np.prod(shape)))
     u = (draws >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / 16777216.0)
     p32 = np.float32(p)
-    scale = np.float32(1.0 / (1.0 - float(p32))) if p32 < 1 else np.float32(0.0)
-    return np.where(u < p32, np.float32(0.0), scale).reshape(shape), state
+    if scale is None:  # as the frontend computes it: from p in float32, in double
+        scale = 1.0 / (1.0 - float(p32)) if p32 < 1 else 0.0
+    return np.where(u < p32, np.float32(0.0), np.float32(scale)).reshape(shape), state
+
+
+def bernoulli_mask(state: int, shape, keep: float) -> tuple[np.ndarray, int]:
+    """`torch.empty(shape).bernoulli_(keep)` as the C draws it: 1 with probability `keep`."""
+    return dropout_mask(state, shape, 1.0 - keep, 1.0)
 
 
 def dropout_masks(seed: int, shapes, p: float) -> list[np.ndarray]:

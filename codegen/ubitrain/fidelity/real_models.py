@@ -1,11 +1,13 @@
 """Models nobody here wrote: torchvision's classifiers, and the classic on-device nets as their
 papers give them, for the real-model fidelity suite (benchmarks/fidelity.py,
-tests/test_real_models.py).
+tests/test_real_models.py, benchmarks/real_models.py). Each says how to make its input
+(`make_input`): float samples, or token ids for a text model.
 
 torchvision's wheel for torch 2.13.0 is a CUDA build whose C extension (detection ops such as
 nms) does not load beside the CPU torch, and `import torchvision` fails registering fake
-kernels for those ops. The model definitions are plain Python and need none of it: `models()`
-imports torchvision with its two registration modules stubbed out, and nothing else changes.
+kernels for those ops. The model definitions are plain Python and need none of it:
+`torchvision_models()` and `torchvision_ops()` import torchvision with its two registration
+modules stubbed out, and nothing else changes.
 """
 
 from __future__ import annotations
@@ -19,13 +21,27 @@ import torch
 from torch import nn
 
 
-def torchvision_models():
-    """`torchvision.models`, imported without its C extension's op registrations."""
+def _without_op_registrations():
     for name in ("_meta_registrations", "_autograd_registrations"):
         sys.modules.setdefault(f"torchvision.{name}", types.ModuleType(f"torchvision.{name}"))
+
+
+def torchvision_models():
+    """`torchvision.models`, imported without its C extension's op registrations."""
+    _without_op_registrations()
     import torchvision.models
 
     return torchvision.models
+
+
+def torchvision_ops():
+    """`torchvision.ops` the same way: its plain-Python layers (StochasticDepth,
+    stochastic_depth, SqueezeExcitation) work; the detection ops (nms, roi_align) need the
+    C extension and do not."""
+    _without_op_registrations()
+    import torchvision.ops
+
+    return torchvision.ops
 
 
 class LeNet5(nn.Module):
@@ -62,6 +78,54 @@ class DSCNN(nn.Module):
         return self.fc(nn.functional.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
 
 
+class HARCNN(nn.Module):
+    """Human activity recognition from a phone's inertial sensors: UCI-HAR (Anguita et al.
+    2013: 9 signals, body and total acceleration and angular velocity on three axes, in
+    windows of 128 samples, 2.56 s at 50 Hz; 6 activities), by a 1-D convnet in the manner
+    of Ronao & Cho 2016 (Expert Systems with Applications 59): Conv1d-ReLU-MaxPool1d blocks
+    with kernels of 9 and pooling of 3, then a hidden layer. Widths 32-64-64 and 100 hidden
+    units here, smaller than theirs, for a microcontroller."""
+
+    def __init__(self, classes=6, channels=9, widths=(32, 64, 64), hidden=100):
+        super().__init__()
+        layers, length = [], 128
+        for width in widths:
+            layers += [nn.Conv1d(channels, width, 9, padding=4), nn.ReLU(), nn.MaxPool1d(3)]
+            channels, length = width, length // 3
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Linear(channels * length, hidden), nn.ReLU(),
+                                        nn.Linear(hidden, classes))
+
+    def forward(self, x):
+        return self.classifier(self.features(x).flatten(1))
+
+
+class BagOfEmbeddings(nn.Module):
+    """Text classification as fastText does it (Joulin et al. 2017, "Bag of Tricks for
+    Efficient Text Classification"): the mean of the tokens' embeddings, then one linear
+    layer. 4 classes as AG News; token ids in, a vocabulary of 1000 here."""
+
+    def __init__(self, classes=4, vocab=1000, dim=32):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, dim)
+        self.fc = nn.Linear(dim, classes)
+
+    def forward(self, ids):
+        return self.fc(self.embedding(ids).mean(1))
+
+
+def normal_samples(shape, gen: torch.Generator) -> torch.Tensor:
+    """Float inputs: standard normal values."""
+    return torch.randn(shape, generator=gen)
+
+
+def token_ids(vocab: int):
+    """Integer inputs: token ids drawn uniformly from [0, vocab)."""
+    def make(shape, gen: torch.Generator) -> torch.Tensor:
+        return torch.randint(0, vocab, shape, generator=gen)
+    return make
+
+
 @dataclass(frozen=True)
 class RealModel:
     name: str
@@ -71,6 +135,13 @@ class RealModel:
     batches: tuple[int, ...] = (1, 4, 8)
     notes: str = ""
     optimizer: dict = field(default_factory=lambda: dict(lr=0.05, momentum=0.9))
+    # (shape with the batch first, generator) -> the model's input of that shape
+    make_input: Callable[[tuple, torch.Generator], torch.Tensor] = normal_samples
+
+    def example_input(self, batch: int, gen: torch.Generator | None = None, sample=None):
+        """One batch of inputs (one sample shaped `sample`, by default the model's)."""
+        gen = gen or torch.Generator().manual_seed(0)
+        return self.make_input((batch, *(sample or self.input_shape)), gen)
 
 
 def _tv(name, **kw):
@@ -85,8 +156,9 @@ def _vit(**kw):
     return make
 
 
-# Dropout is 0 in the torchvision classifiers: PyTorch's masks are not the C runtime's
-# (Dropout itself is checked with the C's own masks by the fuzzer and the op tests).
+# Dropout is 0 in the first torchvision classifiers (as the README's figures were measured);
+# efficientnet_b0 keeps its Dropout (in place) and StochasticDepth: the referee applies the
+# C runtime's masks to PyTorch (fidelity/dropout.py).
 REAL_MODELS = [
     RealModel("lenet5", LeNet5, (1, 32, 32), 10),
     RealModel("ds_cnn_kws", DSCNN, (1, 49, 10), 12),
@@ -108,6 +180,11 @@ REAL_MODELS = [
     RealModel("vit_tiny", _vit(image_size=32, patch_size=4, num_layers=2, num_heads=4,
                                hidden_dim=64, mlp_dim=128), (3, 32, 32), 10,
               notes="2 layers, width 64, 4 heads, 4x4 patches"),
+    RealModel("efficientnet_b0", _tv("efficientnet_b0"), (3, 64, 64), 10, batches=(1, 8),
+              notes="Dropout 0.2 in place, stochastic depth 0.2"),
+    RealModel("har_cnn", HARCNN, (9, 128), 6),
+    RealModel("fasttext_bag", BagOfEmbeddings, (32,), 4, make_input=token_ids(1000),
+              notes="32 token ids in"),
 ]
 
 
@@ -119,8 +196,8 @@ def real_model(name: str) -> RealModel:
 
 
 def batches(model: RealModel, batch: int, steps: int = 3, seed: int = 0, sample=None):
-    """`steps` batches of random inputs (one sample shaped `sample`, by default the model's)
-    and labels."""
+    """`steps` batches of random inputs (the model's `make_input`; one sample shaped
+    `sample`, by default the model's) and labels."""
     gen = torch.Generator().manual_seed(seed)
-    return [(torch.randn((batch, *(sample or model.input_shape)), generator=gen),
+    return [(model.example_input(batch, gen, sample),
              torch.randint(0, model.classes, (batch,), generator=gen)) for _ in range(steps)]

@@ -4,7 +4,8 @@
 the model in the asked dtype, runs one training step with PyTorch's own optimizer, and
 returns the state after it. Starting every step from the state the generated C reached
 (teacher forcing, referee.py) keeps float32 rounding from compounding over steps. Dropout
-applies the masks the C runtime draws from the same generator state (dropout.py).
+and `bernoulli_` (in-place Dropout, StochasticDepth) apply the masks the C runtime draws
+from the same generator state (dropout.py).
 
 A float32 run can be one of PyTorch's `Variant`s: inputs, state and every op's result moved
 by an ulp at random, other thread counts, the channels-last layout. How far such runs land
@@ -27,7 +28,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..optim import SGD, Adam, AdamW
-from .dropout import dropout_mask
+from .dropout import bernoulli_mask, dropout_mask
 from .kinks import DecisionRecorder, Decisions
 
 LOSSES = {"cross_entropy": F.cross_entropy, "mse": F.mse_loss}
@@ -48,23 +49,51 @@ class EvalResult:
     decisions: Decisions | None = None
 
 
-class _UbDropout(TorchFunctionMode):
-    """F.dropout in training mode multiplies by the C runtime's next mask."""
+class _CGenerator:
+    """The C runtime's generator state, advanced by every mask the step draws, in order."""
 
-    def __init__(self, rng_state: int):
+    def __init__(self, state: int):
+        self.state = state
+
+
+class _UbDropout(TorchFunctionMode):
+    """F.dropout in training mode multiplies by the C runtime's next Dropout mask. In-place
+    Dropout is left to PyTorch: its `bernoulli_` draws are the C's (_UbBernoulli), as in
+    the exported graph the C runs."""
+
+    def __init__(self, rng: _CGenerator):
         super().__init__()
-        self.rng_state = rng_state
+        self.rng = rng
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is F.dropout:
+        if func is F.dropout and not kwargs.get("inplace", args[3] if len(args) > 3 else False):
             x = args[0]
             p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
             training = kwargs.get("training", args[2] if len(args) > 2 else True)
             if not training or p == 0:
                 return x
-            mask, self.rng_state = dropout_mask(self.rng_state, tuple(x.shape), p)
+            mask, self.rng.state = dropout_mask(self.rng.state, tuple(x.shape), p)
             return x * torch.from_numpy(mask).to(x.dtype)
+        return func(*args, **kwargs)
+
+
+class _UbBernoulli(TorchDispatchMode):
+    """`bernoulli_(p)` and `bernoulli(x, p)` with a float p take the C runtime's next draws
+    (what in-place Dropout, dropout2d and torchvision's stochastic_depth call inside);
+    everything PyTorch does with them around that stays PyTorch's own."""
+
+    def __init__(self, rng: _CGenerator):
+        super().__init__()
+        self.rng = rng
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.ops.aten.bernoulli_.float, torch.ops.aten.bernoulli.p):
+            x, p = args[0], kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+            mask, self.rng.state = bernoulli_mask(self.rng.state, tuple(x.shape), p)
+            mask = torch.from_numpy(mask).to(x.dtype)
+            return x.copy_(mask) if func is torch.ops.aten.bernoulli_.float else mask
         return func(*args, **kwargs)
 
 
@@ -241,7 +270,8 @@ class Reference:
             target = target.to(dtype)
         record = record or recorder is not None
         recorder = recorder or (DecisionRecorder() if record else contextlib.nullcontext())
-        with variant.settings(gen), _UbDropout(rng_state) as dropout, \
+        rng = _CGenerator(rng_state)
+        with variant.settings(gen), _UbDropout(rng), _UbBernoulli(rng), \
                 _ContiguousGradients(), recorder:
             loss = LOSSES[self.loss](m(*xs), target)
             if self.trainable:
@@ -251,7 +281,7 @@ class Reference:
                    for n, p in zip(self.trainable, trained) for s in names}
         new_state = {k: v.detach().numpy().copy() for k, v in m.state_dict().items()}
         return StepResult(new_state, new_opt, float(loss.detach()),
-                          recorder.decisions if record else None, dropout.rng_state)
+                          recorder.decisions if record else None, rng.state)
 
     def evaluate(self, state, xs, dtype=torch.float64, variant: Variant = EXACT,
                  record: bool = False) -> EvalResult:

@@ -2,7 +2,7 @@
 
 A frontend converts its graph inside `emit_forward`, which opens the function, lets the
 training graph extend it (loss, outputs), and closes it with its parameters ordered: model
-inputs, extra parameters (labels), state (parameters and buffers), Dropout masks.
+inputs, extra parameters (labels), state (parameters and buffers), random masks.
 """
 
 from __future__ import annotations
@@ -21,6 +21,18 @@ class TensorSpec:
     shape: tuple[int, ...]
     dtype: str
     index_bound: int | None = None  # embedding ids: every value must lie in [0, bound)
+
+
+@dataclass(frozen=True)
+class RandomMask:
+    """A tensor the C runtime draws at the start of every step from its seeded generator
+    (`ub_dropout_mask`): each element is 0 with probability `p`, else `scale`. Dropout's
+    mask is (p, 1/(1-p)); `bernoulli_(keep)` (StochasticDepth, in-place Dropout) is
+    (1 - keep, 1), the scaling left to the model's own ops."""
+
+    var: relax.Var
+    p: float
+    scale: float
 
 
 @dataclass
@@ -44,7 +56,7 @@ class ForwardGraph:
     state_vars: dict[str, relax.Var]
     output: relax.Expr
     buffer_updates: dict[str, relax.Expr] = field(default_factory=dict)
-    dropout_masks: list[tuple[relax.Var, float]] = field(default_factory=list)
+    random_masks: list[RandomMask] = field(default_factory=list)
     # every state_dict name in model order, a tied tensor's aliases included (empty: the
     # names of `state`)
     state_names: list[str] = field(default_factory=list)
@@ -79,11 +91,11 @@ def emit_forward(ctx, inputs, input_specs, state, state_vars, body, extend=None)
                     "with exactly one output tensor (the logits or prediction)")
             graph = ForwardGraph(inputs=inputs, input_specs=input_specs, state=state,
                                  state_vars=state_vars, output=outputs[0],
-                                 buffer_updates=updates, dropout_masks=ctx.dropout_masks)
+                                 buffer_updates=updates, random_masks=ctx.random_masks)
             extra_params, results = extend(bb, graph) if extend else ([], [graph.output])
             results = [bb.emit_output(r) for r in results]
         params = inputs + extra_params + [state_vars[s.name] for s in state]
-        params += [mask for mask, _ in ctx.dropout_masks]
+        params += [mask.var for mask in ctx.random_masks]
         bb.emit_func_output(relax.Tuple(results) if len(results) > 1 else results[0],
                             params=params)
     return bb.get(), graph

@@ -97,6 +97,12 @@ def mixes_samples(model, example_inputs) -> bool:
     return not torch.allclose(whole, parts, rtol=1e-9, atol=1e-12)
 
 
+def _one_draw_per_batch(module) -> bool:
+    """torchvision's StochasticDepth(mode="batch") drops the whole batch or none of it: a
+    micro-batch draws its own (found by name: torchvision is not imported here)."""
+    return type(module).__name__ == "StochasticDepth" and getattr(module, "mode", "") == "batch"
+
+
 def batch_coupled_layers(model, tm, example_inputs=()) -> list[str]:
     """Layers whose training-mode output or gradient depends on the other samples of the
     batch."""
@@ -105,7 +111,8 @@ def batch_coupled_layers(model, tm, example_inputs=()) -> list[str]:
     if isinstance(model, torch.nn.Module):
         norm = torch.nn.modules.batchnorm._BatchNorm
         names = [name or type(m).__name__ for name, m in model.named_modules()
-                 if isinstance(m, norm)] + frequency_scaled_embeddings(model)
+                 if isinstance(m, norm) or _one_draw_per_batch(m)]
+        names += frequency_scaled_embeddings(model)
         if example_inputs and mixes_samples(model, example_inputs):
             names.append("ops that mix the samples of a batch")
     else:  # an ONNX ModelProto

@@ -168,12 +168,14 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
     train_state = [shadows.get(s.name) or parts.get(s.name) or state[s.name] for s in g.state]
     env = dict(zip(train_fn.params, step_io + train_state))
     walker = _FunctionWalker(mod, library, env, "tr_")
-    # Dropout masks are the function's last parameters; the runtime draws them first.
+    # Random masks (Dropout, bernoulli_) are the function's last parameters; the runtime
+    # draws them first.
     masks = []
-    mask_params = train_fn.params[len(train_fn.params) - len(g.dropout_masks):]
-    for (mask_var, p), param in zip(g.dropout_masks, mask_params):
-        env[param] = walker.new_slot(mask_var.ty, "mask", "mask")
-        masks.append(Call("ub_dropout_mask", [env[param]], [0], builtin=True, attrs={"p": p}))
+    mask_params = train_fn.params[len(train_fn.params) - len(g.random_masks):]
+    for mask, param in zip(g.random_masks, mask_params):
+        env[param] = walker.new_slot(mask.var.ty, "mask", "mask")
+        masks.append(Call("ub_dropout_mask", [env[param]], [0], builtin=True,
+                          attrs={"p": mask.p, "scale": mask.scale}))
     result = walker.walk(train_fn)
     forward_outputs, grads = (result, []) if not tm.trainable else result
     forward_outputs = forward_outputs if isinstance(forward_outputs, list) else [forward_outputs]
@@ -212,6 +214,11 @@ def build_programs(tm: TrainingModule, optimizer, library: KernelLibrary,
     # ---- predict ----------------------------------------------------------------------------
     pred_fn = mod["predict"]
     pg = tm.predict_graph
+    if pg.random_masks:
+        raise CompileError(
+            f"the model draws {len(pg.random_masks)} random mask(s) in evaluation mode too "
+            "(F.dropout(..., training=True) or a bernoulli_ whatever self.training is); "
+            "predict has no random draws: pass training=self.training")
     pred_inputs = inputs if k == 1 else micro_slices(inputs, [s.shape for s in g.input_specs])
     penv = dict(zip(pred_fn.params, pred_inputs + [state[s.name] for s in pg.state]))
     pwalker = _FunctionWalker(mod, library, penv, "pr_")

@@ -101,8 +101,8 @@ class _CallPrinter:
         (mask,) = call.args
         n = int(np.prod(mask.shape))
         p = float(np.float32(call.attrs["p"]))
-        # 1/(1-p) in double, rounded once to float (p = 1 drops everything: no scale)
-        scale = float(np.float32(1.0 / (1.0 - p))) if p < 1.0 else 0.0
+        # computed in double by the frontend (Dropout's 1/(1-p)), rounded once to float
+        scale = float(np.float32(call.attrs["scale"]))
         return (f"ub_dropout_mask(&ctx->rng_state, {self.pointer(mask, True)}, {n}u, "
                 f"{c_float_literal(p, 'float32')}, {c_float_literal(scale, 'float32')});")
 

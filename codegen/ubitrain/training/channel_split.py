@@ -115,7 +115,7 @@ def split_channels(mod: tvm.IRModule, graph: ForwardGraph,
     new_graph = ForwardGraph(inputs=graph.inputs, input_specs=graph.input_specs, state=state,
                              state_vars=state_vars, output=graph.output,
                              buffer_updates=graph.buffer_updates,
-                             dropout_masks=graph.dropout_masks,
+                             random_masks=graph.random_masks,
                              state_names=graph.state_names)
     return out, new_graph
 

@@ -24,7 +24,7 @@ from tvm.relax.op.base import register_gradient
 from tvm.relax.op.grad import no_grad
 
 from ..kernels.microkernels.tagging import tag
-from . import adaptive_pool, batch_norm, elu, embedding, layer_norm, softmax_cross_entropy
+from . import adaptive_pool, batch_norm, elu, embedding, layer_norm, softmax_cross_entropy, take
 from .fused_ops import fused_gradient
 from .pool_grad import avg_pool2d_backward, max_pool2d_backward
 
@@ -255,6 +255,7 @@ GRADIENT_RULES = {
         adaptive_pool.MAX: adaptive_pool.adaptive_max_pool2d_grad,
         elu.FORWARD: elu.elu_grad,
         embedding.FORWARD: embedding.embedding_grad,
+        take.FORWARD: take.take_grad,
     }),
 }
 

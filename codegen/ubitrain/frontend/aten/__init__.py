@@ -19,6 +19,7 @@ from . import (  # noqa: F401
     creation,
     dropout,
     embedding,
+    indexing,
     layout,
     linalg,
     normalization,

@@ -1,11 +1,12 @@
-"""Tensors made inside `forward` from constants: zeros, ones, full, their `_like` and `new_`
-forms, and arange.
+"""Tensors made inside `forward` from constants: zeros, ones, full, empty, their `_like` and
+`new_` forms, and arange.
 
 The shape and dtype come from the traced result (`node.meta["val"]`), so they are PyTorch's
 own, defaults included (`torch.full((2,), 2)` is int64). A filled tensor is a fill kernel
 (no bytes in flash, arena only while it lives); arange's values are a constant computed by
 torch itself. Neither has a gradient: Relax's rules give `full` none, and a constant is no
-parameter.
+parameter. `empty` leaves its values undefined in PyTorch; here they are zeros (the fill
+kernel goes when nothing reads the values, as `bernoulli_` reads only the shape).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def _fill(ctx, node, value):
     return ctx.emit(R.full(tuple(val.shape), relax.const(value, dtype), dtype))
 
 
-@converts(aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default)
+@converts(aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default,
+          aten.empty.memory_format, aten.empty_like.default, aten.new_empty.default)
 def _zeros(ctx, node, *args, **kwargs):
     return _fill(ctx, node, 0)
 

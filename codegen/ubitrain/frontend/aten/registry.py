@@ -20,7 +20,7 @@ class ConvertContext:
     bb: relax.BlockBuilder
     training: bool
     where: str = "<top>"
-    dropout_masks: list = field(default_factory=list)  # (mask var, probability)
+    random_masks: list = field(default_factory=list)  # forward.RandomMask, in graph order
     model_inputs: frozenset = frozenset()  # names of the placeholders that are model inputs
     # model input name -> ids must lie in [0, bound): the step checks it (UB_ERR_INDEX_RANGE)
     index_bounds: dict = field(default_factory=dict)
