@@ -284,3 +284,30 @@ def test_a_long_dot_product_without_micro_kernels(tmp_path):
             for _ in range(3)]
     assert_match(judge(model, data, ub.SGD(lr=0.1, momentum=0.9), tmp_path, loss="mse",
                        seed=21134, disable_passes=("microkernels",)))
+
+
+class DeadRelu(nn.Module):
+    """Every unit of `linear` is dead (a ReLU below zero for every sample): its gradient is
+    exactly 0, and so is Adam's second moment. The referee's one-ulp float32 variant nudged
+    that 0 below zero, its square root was NaN, and the tolerance of every such check became
+    infinite: a check that could not fail."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear, self.head = nn.Linear(6, 4), nn.Linear(10, 3)
+        with torch.no_grad():
+            self.linear.bias.fill_(-100.0)
+
+    def forward(self, x):
+        return self.head(torch.cat([F.relu(self.linear(x)), x], 1))
+
+
+def test_checks_of_a_dead_layer_under_adam_can_fail(tmp_path):
+    import math
+
+    torch.manual_seed(0)
+    verdict = judge(DeadRelu(), batches((4, 6), 3), ub.Adam(lr=0.01), tmp_path)
+    assert_match(verdict)
+    dead = [c for c in verdict.checks if c.name.startswith("linear.")]
+    assert dead and all(math.isfinite(c.tolerance) for c in verdict.checks), \
+        [str(c) for c in verdict.checks if not math.isfinite(c.tolerance)]
