@@ -539,8 +539,10 @@ def test_mean(fn, tmp_path):
     (lambda x, w: x.reshape(6, 20).t() * w, (20, 6)),
     (lambda x, w: x[:, :1].expand(-1, 3, -1, -1) * w, (4, 5)),
     (lambda x, w: x * w.expand(2, 3, 4, 5), (4, 1)),  # new leading dims: a class token
+    (lambda x, w: x.flip(1) * w, (3, 4, 5)),
+    (lambda x, w: x.flip([0, -1]) * w, (3, 4, 5)),
 ], ids=["flatten", "reshape", "view_sum", "permute", "transpose", "transpose_neg",
-        "squeeze_unsqueeze", "t", "expand", "expand_new_dims"])
+        "squeeze_unsqueeze", "t", "expand", "expand_new_dims", "flip", "flip_two_axes"])
 def test_layout(fn, wshape, tmp_path):
     """Each layout op is followed by a product with a trained tensor, so an element in the
     wrong place gives a wrong output and wrong gradients."""

@@ -73,6 +73,14 @@ def _expand(ctx, node, x, shape, implicit=False):
     return x if target == shape_of(x) else ctx.emit(R.broadcast_to(x, target))
 
 
+@converts(aten.flip.default)
+def _flip(ctx, node, x, dims):
+    """`x.flip(dims)`: one reversal per axis (what a bidirectional GRU/LSTM does to time)."""
+    for dim in sorted({d % len(shape_of(x)) for d in dims}):
+        x = ctx.emit(R.flip(x, dim))
+    return x
+
+
 @converts(aten.clone.default, aten.alias.default, aten.contiguous.default)
 def _identity(ctx, node, x, *args, **kwargs):
     return x
