@@ -615,7 +615,10 @@ def test_binary_two_inputs(shapes, tmp_path):
 @pytest.mark.parametrize("fn,shapes", [
     (lambda a, b: torch.cat([a, b], dim=1), [(2, 3, 4), (2, 2, 4)]),
     (lambda a, b: torch.cat([b, a * 2.0, b], dim=-1), [(2, 3, 4), (2, 3, 1)]),
-], ids=["dim1", "last_dim_repeated"])
+    (lambda a, b: torch.cat([a], dim=1) * b, [(2, 3, 4), (2, 3, 4)]),
+    (lambda a, b: torch.stack([a, b * 2.0, a], dim=1), [(2, 3, 4), (2, 3, 4)]),
+    (lambda a, b: torch.stack([b, a], dim=-1) + torch.stack([a], dim=2), [(2, 3), (2, 3)]),
+], ids=["dim1", "last_dim_repeated", "one_tensor", "stack", "stack_last_and_one"])
 def test_cat(fn, shapes, tmp_path):
     check(Fn(fn), tuple(randn(*s, seed=i) for i, s in enumerate(shapes)), tmp_path)
 
