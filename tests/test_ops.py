@@ -539,8 +539,10 @@ def test_mean(fn, tmp_path):
     (lambda x, w: x.reshape(6, 20).t() * w, (20, 6)),
     (lambda x, w: x[:, :1].expand(-1, 3, -1, -1) * w, (4, 5)),
     (lambda x, w: x * w.expand(2, 3, 4, 5), (4, 1)),  # new leading dims: a class token
+    (lambda x, w: x.flip(1) * w, (3, 4, 5)),
+    (lambda x, w: x.flip([0, -1]) * w, (3, 4, 5)),
 ], ids=["flatten", "reshape", "view_sum", "permute", "transpose", "transpose_neg",
-        "squeeze_unsqueeze", "t", "expand", "expand_new_dims"])
+        "squeeze_unsqueeze", "t", "expand", "expand_new_dims", "flip", "flip_two_axes"])
 def test_layout(fn, wshape, tmp_path):
     """Each layout op is followed by a product with a trained tensor, so an element in the
     wrong place gives a wrong output and wrong gradients."""
@@ -613,7 +615,10 @@ def test_binary_two_inputs(shapes, tmp_path):
 @pytest.mark.parametrize("fn,shapes", [
     (lambda a, b: torch.cat([a, b], dim=1), [(2, 3, 4), (2, 2, 4)]),
     (lambda a, b: torch.cat([b, a * 2.0, b], dim=-1), [(2, 3, 4), (2, 3, 1)]),
-], ids=["dim1", "last_dim_repeated"])
+    (lambda a, b: torch.cat([a], dim=1) * b, [(2, 3, 4), (2, 3, 4)]),
+    (lambda a, b: torch.stack([a, b * 2.0, a], dim=1), [(2, 3, 4), (2, 3, 4)]),
+    (lambda a, b: torch.stack([b, a], dim=-1) + torch.stack([a], dim=2), [(2, 3), (2, 3)]),
+], ids=["dim1", "last_dim_repeated", "one_tensor", "stack", "stack_last_and_one"])
 def test_cat(fn, shapes, tmp_path):
     check(Fn(fn), tuple(randn(*s, seed=i) for i, s in enumerate(shapes)), tmp_path)
 

@@ -12,7 +12,9 @@ from ubitrain.fidelity.referee import judge
 # (model, batch, one sample's shape: None for the model's own; smaller keeps CI short)
 CASES = [("lenet5", 1, None), ("lenet5", 8, None), ("ds_cnn_kws", 4, None),
          ("mobilenet_v2", 2, (3, 48, 48)), ("vit_tiny", 2, None), ("har_cnn", 1, None),
-         ("har_cnn", 8, None), ("fasttext_bag", 1, None), ("fasttext_bag", 8, None)]
+         ("har_cnn", 8, None), ("fasttext_bag", 1, None), ("fasttext_bag", 8, None),
+         # 13 of the 49 MFCC frames: the same ops, a quarter of the time steps to unroll
+         ("gru_kws", 8, (13, 10)), ("basic_lstm_kws", 1, (13, 10))]
 
 
 @pytest.mark.parametrize("name,batch,sample", CASES, ids=[f"{n}-b{b}" for n, b, _ in CASES])

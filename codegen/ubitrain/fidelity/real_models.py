@@ -78,6 +78,39 @@ class DSCNN(nn.Module):
         return self.fc(nn.functional.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
 
 
+class BasicLSTMKWS(nn.Module):
+    """Keyword spotting, Zhang et al. 2017 ("Hello Edge") Basic LSTM-S: one LSTM layer of 118
+    cells (no projection, no peepholes) over 49 frames of 10 MFCC (40 ms windows, 20 ms
+    stride), its last hidden state to 12 keywords (ARM's ML-KWS-for-MCU
+    `create_basic_lstm_model`, model_size_info 118). Input [N, 49, 10]."""
+
+    def __init__(self, classes=12, cells=118, features=10):
+        super().__init__()
+        self.lstm = nn.LSTM(features, cells, batch_first=True)
+        self.fc = nn.Linear(cells, classes)
+
+    def forward(self, x):
+        _, (h, _) = self.lstm(x)
+        return self.fc(h[-1])
+
+
+class GRUKWS(nn.Module):
+    """Keyword spotting, Zhang et al. 2017 ("Hello Edge") GRU-S: one GRU layer of 154 cells,
+    its last hidden state to 12 keywords (ML-KWS-for-MCU `create_gru_model`, model_size_info
+    1 154). The paper's GRU-S reads 25 frames (40 ms stride); this one reads the 49 frames
+    x 10 MFCC of the other keyword-spotting nets (20 ms stride, as its GRU-M and GRU-L).
+    Input [N, 49, 10]."""
+
+    def __init__(self, classes=12, cells=154, features=10, layers=1):
+        super().__init__()
+        self.gru = nn.GRU(features, cells, num_layers=layers, batch_first=True)
+        self.fc = nn.Linear(cells, classes)
+
+    def forward(self, x):
+        _, h = self.gru(x)
+        return self.fc(h[-1])
+
+
 class HARCNN(nn.Module):
     """Human activity recognition from a phone's inertial sensors: UCI-HAR (Anguita et al.
     2013: 9 signals, body and total acceleration and angular velocity on three axes, in
@@ -162,6 +195,8 @@ def _vit(**kw):
 REAL_MODELS = [
     RealModel("lenet5", LeNet5, (1, 32, 32), 10),
     RealModel("ds_cnn_kws", DSCNN, (1, 49, 10), 12),
+    RealModel("gru_kws", GRUKWS, (49, 10), 12, notes="49 frames, not GRU-S's 25"),
+    RealModel("basic_lstm_kws", BasicLSTMKWS, (49, 10), 12),
     RealModel("mobilenet_v2", _tv("mobilenet_v2", width_mult=0.35, dropout=0.0), (3, 64, 64),
               10, notes="width 0.35"),
     RealModel("resnet18", _tv("resnet18"), (3, 64, 64), 10),

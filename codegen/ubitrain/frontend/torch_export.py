@@ -2,7 +2,7 @@
 
 TVM's own importer freezes BatchNorm's running statistics and drops Dropout, which is wrong
 for training, so ubitrain walks the exported FX graph itself. The export is functionalised
-(`run_decompositions({})`): every op is out of place, and the graph signature says which
+(`run_decompositions`): every op is out of place, and the graph signature says which
 outputs are the new values of mutated buffers (BatchNorm's running stats).
 
 The result is a `ForwardGraph` (frontend/forward.py).
@@ -21,6 +21,7 @@ from .aten import ATEN_CONVERTERS, ConvertContext, supported_op_names
 from .constants import fold_constants
 from .forward import StateTensor, TensorSpec, c_name, emit_forward
 from .module_calls import checked_calls
+from .recurrent import RECURRENT_DECOMPOSITIONS, check_recurrent, ignore_recurrent_noise
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -33,9 +34,11 @@ def export_module(model: torch.nn.Module, example_inputs: tuple, training: bool)
     try:
         with warnings.catch_warnings(), checked_calls(model):
             warnings.simplefilter("ignore", FutureWarning)  # torch.export's, not the user's
+            ignore_recurrent_noise()
             exported = torch.export.export(model, tuple(example_inputs), strict=False)
-            exported = exported.run_decompositions({})
-    except UnsupportedOpError:  # a module call refused (frontend/module_calls.py)
+            check_recurrent(exported.graph, _module_path)
+            exported = exported.run_decompositions(RECURRENT_DECOMPOSITIONS)
+    except CompileError:  # a module call (frontend/module_calls.py) or an RNN refused
         raise
     except Exception as err:  # torch's own message says which construct it could not trace
         raise CompileError(

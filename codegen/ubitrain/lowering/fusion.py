@@ -19,7 +19,9 @@ same floating-point operations in the same order as before, so a fused step give
 unfused step's results bit for bit (tests/test_fusion.py).
 
 A kernel that has a micro-kernel on the target (kernels/microkernels/) is left out of every
-group, so that it still matches its template.
+group, so that it still matches its template; so is each add that sums a gradient over the
+uses of its tensor, so that the parts need not all live until the end
+(lowering/gradient_sums.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from typing import Callable
 
 import tvm
 from tvm import relax, tirx
+
+from .gradient_sums import keep_apart
 
 OPAQUE = 8  # TVM's OpPatternKind::kOpaque: never fused with anything
 
@@ -38,6 +42,7 @@ def fuse_kernels(mod: tvm.IRModule, keep_whole: Callable[[tirx.PrimFunc], bool])
     for gvar, func in list(mod.functions.items()):
         if isinstance(func, tirx.PrimFunc) and keep_whole(func):
             mod[gvar] = func.with_attr("op_pattern", OPAQUE)
+    mod = keep_apart(mod, OPAQUE)  # a gradient summed part by part, not all parts at the end
     mod = relax.transform.FuseOps()(mod)
     mod = relax.transform.FuseTIR()(mod)
     return relax.transform.DeadCodeElimination(["main", "predict"])(mod)

@@ -1,7 +1,7 @@
 """Gradient rules that ubitrain registers with Relax's Gradient pass.
 
 `GRADIENT_RULES` is a table `{relax op: rule}`. It fills the gaps of TVM 0.27 (`relax.clip`,
-`relax.erf`, `relax.strided_slice`, `relax.nn.leakyrelu`) and replaces rules whose
+`relax.erf`, `relax.strided_slice`, `relax.flip`, `relax.nn.leakyrelu`) and replaces rules whose
 tie-breaking differs from PyTorch: PyTorch gives ReLU zero gradient at exactly 0 and
 Hardtanh/ReLU6 zero gradient at both bounds, which matters because ReLU outputs feed exact
 zeros into later activations.
@@ -206,6 +206,11 @@ def strided_slice_grad(orig_var, orig_call, output_grad, ctx):
     return [grad] + [no_grad(a) for a in orig_call.args[1:]]
 
 
+def flip_grad(orig_var, orig_call, output_grad, ctx):
+    """A reversal's gradient is the same reversal (TVM 0.27 has no rule)."""
+    return [R.flip(output_grad, orig_call.attrs.axis)]
+
+
 def legalize_avg_pool2d_backward(bb, call):
     """`relax.grad.avg_pool2d_backward` (what TVM's avg_pool2d gradient emits) as
     ubitrain's own kernel instead of TOPI's `pool_grad`."""
@@ -246,6 +251,7 @@ GRADIENT_RULES = {
     "relax.nn.gelu_tanh": gelu_tanh_grad,
     "relax.variance": variance_grad,
     "relax.strided_slice": strided_slice_grad,
+    "relax.flip": flip_grad,
     # Fused training ops (training/fused_ops.py), by op name.
     "relax.call_dps_packed": fused_gradient({
         batch_norm.FORWARD: batch_norm.batch_norm_train_grad,

@@ -73,6 +73,14 @@ def _expand(ctx, node, x, shape, implicit=False):
     return x if target == shape_of(x) else ctx.emit(R.broadcast_to(x, target))
 
 
+@converts(aten.flip.default)
+def _flip(ctx, node, x, dims):
+    """`x.flip(dims)`: one reversal per axis (what a bidirectional GRU/LSTM does to time)."""
+    for dim in sorted({d % len(shape_of(x)) for d in dims}):
+        x = ctx.emit(R.flip(x, dim))
+    return x
+
+
 @converts(aten.clone.default, aten.alias.default, aten.contiguous.default)
 def _identity(ctx, node, x, *args, **kwargs):
     return x
@@ -80,7 +88,16 @@ def _identity(ctx, node, x, *args, **kwargs):
 
 @converts(aten.cat.default)
 def cat(ctx, node, tensors, dim=0):
+    if len(tensors) == 1:  # the tensor itself (TVM's concat gradient wants two parts)
+        return tensors[0]
     return ctx.emit(R.concat(list(tensors), axis=dim % len(shape_of(tensors[0]))))
+
+
+@converts(aten.stack.default)
+def _stack(ctx, node, tensors, dim=0):
+    """`torch.stack`: each tensor with a new axis of one at `dim`, concatenated there."""
+    dim = dim % (len(shape_of(tensors[0])) + 1)
+    return cat(ctx, node, [_unsqueeze(ctx, node, t, dim) for t in tensors], dim)
 
 
 @converts(operator.getitem)

@@ -23,7 +23,10 @@ TAGGED_OPS = {"relax.nn.conv2d": CONV_ATTRS,
               "relax.matmul": (),
               # no micro-kernel: the depthwise weight gradient reads its input's
               # transpose where it lies (program/depthwise_input.py)
-              "relax.permute_dims": ("axes",)}
+              "relax.permute_dims": ("axes",),
+              # no micro-kernel: fusion keeps the sums of a gradient apart
+              # (lowering/gradient_sums.py)
+              "relax.add": ()}
 
 
 def _plain(value):
