@@ -184,6 +184,24 @@ def test_the_deployment_engine_runs_rounds_with_supernode_processes(tmp_path):
     assert rounds[3]["accuracy"] > rounds[0]["accuracy"]
 
 
+def test_int8_clients_under_the_deployment_engine(tmp_path):
+    """The same int8 apps on real SuperNode processes: the global model stays int8 at the
+    initial exponents, and its NITI step count is what the fleet ran."""
+    from ubitrain.fleet.deployment import run_deployment
+
+    out = tmp_path / "deploy"
+    rounds = run_deployment(clients=2, rounds=1, local_steps=2, out_dir=out,
+                            log=lambda line: None, precision="int8")
+    assert [(m["round"], m.get("clients"), m.get("failures")) for m in rounds] == [
+        (0, None, None), (1, 2, 0)]
+    start, end = (np.load(out / "checkpoints" / f"round_00{r}.npz") for r in (0, 1))
+    assert int(end["niti.step"][0]) == 2 * 2
+    weights = [k for k in end.files if k != "niti.step" and not k.endswith(".exponent")]
+    assert weights and all(end[k].dtype == np.int8 for k in weights)
+    assert any((end[k] != start[k]).any() for k in weights)  # the round trained
+    assert all((end[k] == start[k]).all() for k in end.files if k.endswith(".exponent"))
+
+
 # ---- int8 (NITI) clients ------------------------------------------------------------------------
 
 

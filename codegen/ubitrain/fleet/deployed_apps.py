@@ -48,20 +48,26 @@ server = ServerApp()
 
 @server.main()
 def main(grid: Grid, context: Context) -> None:
-    from ..runtime.host_trainer import HostTrainer
+    from .apps import open_trainer
+    from .int8_exchange import exchanged_int8_names, initial_int8_model, without_step
     from .local import exchanged_names
     from .simulate import test_metrics
 
     config = context.run_config
     setup = setup_from(config)
     package = pickle.loads(setup.package_file.read_bytes())
-    evaluator = HostTrainer(setup.library, package, seed=setup.seed)
+    evaluator = open_trainer(package, setup.library, setup.seed)
+    int8 = config.get("precision", "fp32") == "int8"
     _, (x_test, y_test) = digits_fleet(setup.clients, setup.non_iid, setup.seed)
-    names = exchanged_names(evaluator, sparse=False)
-    initial = {k: v for k, v in evaluator.parameters().items() if k in names}
+    if int8:  # int8 weights, their exponents and the fleet's NITI step count
+        initial = initial_int8_model(evaluator, exchanged_int8_names(evaluator, sparse=False))
+    else:
+        names = exchanged_names(evaluator, sparse=False)
+        initial = {k: v for k, v in evaluator.parameters().items() if k in names}
     out_dir = Path(config["out-dir"])
 
     def evaluate(server_round, tensors):
+        tensors = without_step(tensors) if int8 else tensors
         return {"round": server_round, **test_metrics(evaluator, x_test, y_test, tensors)}
 
     def report(metrics):
@@ -72,6 +78,7 @@ def main(grid: Grid, context: Context) -> None:
 
     plan = ServerPlan(str(config["strategy"]), int(config["rounds"]),
                       float(config["fraction-fit"]), initial, evaluate, out_dir / "checkpoints",
-                      seed=setup.seed, on_round=report)
+                      strategy_args={"rounding": "nearest", "seed": setup.seed} if int8 else {},
+                      seed=setup.seed, on_round=report, precision="int8" if int8 else "fp32")
     run_server(plan, setup.clients, grid)
     (out_dir / "rounds.json").write_text(json.dumps(plan.result["rounds"], indent=1))

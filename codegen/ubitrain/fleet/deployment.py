@@ -73,25 +73,29 @@ def _toml_value(v) -> str:
 def run_deployment(clients: int = 3, rounds: int = 2, local_steps: int = 5, batch: int = 16,
                    lr: float = 0.05, momentum: float = 0.9, emulated: str | None = None,
                    out_dir="build/fleet-deployment", seed: int = 0, log=print,
-                   timeout: float = 1800, kill=()) -> list[dict]:
+                   timeout: float = 1800, kill=(), precision: str = "fp32") -> list[dict]:
     """Start the SuperLink and the SuperNodes, run the fleet's apps on them, stop them; the
     per-round metrics the ServerApp wrote. `kill`: (client, round) pairs whose ClientApp
-    process is killed mid-round (the SuperNode starts a new one the next round)."""
+    process is killed mid-round (the SuperNode starts a new one the next round).
+    precision="int8": NITI clients, merged exactly in integers (int8_exchange.py)."""
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    package, host = fleet_package(out_dir, "host", batch=batch, lr=lr, momentum=momentum,
-                                  seed=seed)
+    compiled = dict(batch=batch, lr=lr, momentum=momentum, seed=seed, precision=precision)
+    if precision == "int8":  # NITI's schedule over the fleet's steps
+        from ..demo_int8 import niti_config
+        compiled["niti"] = niti_config(clients * local_steps * rounds, adaptive=False)
+    package, host = fleet_package(out_dir, "host", **compiled)
     library = str(host.library)
     device = None
     if emulated:  # its driver is built here; each round's ClientApp starts the emulator
-        device_package, board = fleet_package(out_dir, emulated, batch=batch, lr=lr,
-                                              momentum=momentum, seed=seed)
+        device_package, board = fleet_package(out_dir, emulated, **compiled)
         board.close()
         device = (device_package, "")
     config = {"package": str(package), "library": library, "clients": clients,
               "non-iid": -1.0, "seed": seed, "local-steps": local_steps, "batch": batch,
               "lr": lr, "rounds": rounds, "strategy": "fedavg", "fraction-fit": 1.0,
-              "out-dir": str(out_dir), "kill": ",".join(f"{c}:{r}" for c, r in kill)}
+              "out-dir": str(out_dir), "kill": ",".join(f"{c}:{r}" for c, r in kill),
+              "precision": precision}
     app = out_dir / "app"
     app.mkdir(exist_ok=True)
     (app / "pyproject.toml").write_text(APP_TOML.format(
@@ -159,11 +163,13 @@ def main(argv=None) -> int:
     parser.add_argument("--local-steps", type=int, default=5)
     parser.add_argument("--emulated", default=None, metavar="TARGET",
                         help="the last SuperNode drives this target under its emulator")
+    parser.add_argument("--precision", choices=("fp32", "int8"), default="fp32",
+                        help="fp32 (SGD) or int8 (NITI) clients, as in `ubitrain fleet`")
     parser.add_argument("--out-dir", default="build/fleet-deployment")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     run_deployment(args.clients, args.rounds, args.local_steps, emulated=args.emulated,
-                   out_dir=args.out_dir)
+                   out_dir=args.out_dir, precision=args.precision)
     print(f"deployment: {args.clients} SuperNodes, {args.rounds} rounds in "
           f"{time.perf_counter() - start:.0f} s")
     return 0
