@@ -12,12 +12,17 @@
  * would become pointers into the one arena, and gcc then vectorises less and allocates
  * registers over one huge function (mobilenetv2_small at batch 32: 13.4 ms inlined, 7.5 ms
  * not, on x86-64). */
+#if defined(UB_KERNEL_EXTERN) /* a large model's model_kernels_<i>.c: model.c calls them */
+#define UB_KERNEL_LINKAGE
+#else
+#define UB_KERNEL_LINKAGE static
+#endif
 #if defined(__GNUC__)
-#define UB_KERNEL static __attribute__((noinline))
+#define UB_KERNEL UB_KERNEL_LINKAGE __attribute__((noinline))
 /* Shared helpers of an ISA's kernels (packers, GEMM cores): a model uses some of them. */
 #define UB_MAYBE_UNUSED __attribute__((unused))
 #else
-#define UB_KERNEL static
+#define UB_KERNEL UB_KERNEL_LINKAGE
 #define UB_MAYBE_UNUSED
 #endif
 /* For a kernel with a `c ? a[i] : b[j]` whose two sides both load (a concatenation, a

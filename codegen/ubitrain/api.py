@@ -245,7 +245,7 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
         called = {c.kernel for prog in (train, predict) for c in prog.calls}
         render_project(out_dir, name, train, predict, plan, library.sources(called), state,
                        opt_state, tm.trainable, inputs, label_slot, output, classes, frozen,
-                       library.unread_arguments())
+                       library.unread_arguments(), list(library.support.values()))
     return Package(out_dir=out_dir, model_name=name, target=target, memory_plan=plan,
                    inputs=inputs, labels=label_slot, output=output, classes=classes,
                    trainable=tm.trainable, programs={"train_step": train, "predict": predict},

@@ -121,9 +121,9 @@ class KernelLibrary:
         return None
 
     def sources(self, called=None) -> list[str]:
-        """The support code, and the kernels that `called` (kernel names the programs call;
-        None: all) reach, directly or through another kernel (an in-place rewrite or a
-        fusion leaves kernels behind that nothing calls)."""
+        """The kernels that `called` (kernel names the programs call; None: all) reach,
+        directly or through another kernel (an in-place rewrite or a fusion leaves kernels
+        behind that nothing calls). The code they share is `support`."""
         if called is None:
             kept = set(self.kernels)
         else:
@@ -134,8 +134,7 @@ class KernelLibrary:
                     kept.add(name)
                     todo += [n for n in _CALLED.findall(self.kernels[name].source)
                              if n in self.kernels]
-        return list(self.support.values()) + [k.source for name, k in self.kernels.items()
-                                              if name in kept]
+        return [k.source for name, k in self.kernels.items() if name in kept]
 
 
 _CALLED = re.compile(r"\b(ub_\w+)\s*\(")

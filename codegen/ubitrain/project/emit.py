@@ -19,6 +19,7 @@ from ..kernels.c_printer import c_float_literal, c_type
 from ..memory.plan import MemoryPlan
 from ..program.ir import Call, Program, Slot
 from ..program.micro_batch import BEGIN, END, call_repeats
+from .kernel_files import split_kernels
 
 # A debugging aid (ubitrain.fidelity.trace): after every call of a step, the C calls the
 # function pointer ub_<model>_trace, when set, with the program, the call's index and the
@@ -143,10 +144,12 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
                    plan: MemoryPlan, kernels: list[str], state: dict, opt_state: dict,
                    trainable: list[str], inputs: list[Slot], labels: Slot, output: Slot,
                    classes: int | None, frozen: dict[str, str] | None = None,
-                   unread: dict | None = None) -> None:
+                   unread: dict | None = None, shared: list[str] | None = None) -> None:
     """`frozen`: {state name: kind} of the state kept in flash as constants
     (program/frozen_state.py); the tensor table lists them, read-only. `unread`: {kernel:
-    argument indices it reads through another argument's pointer}, passed as NULL."""
+    argument indices it reads through another argument's pointer}, passed as NULL.
+    `shared`: code the kernels share (micro-kernel helpers), ahead of them in every file that
+    holds kernels (project/kernel_files.py)."""
     frozen = frozen or {}
     blob = _Blob()
     constants, const_names = [], {}
@@ -174,6 +177,8 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
             if s.kind == "output":
                 externals[id(s)] = s.name  # "loss" in train_step, "output" in predict
     printer = _CallPrinter(plan, const_names, externals, unread or {})
+    shared = shared or []
+    split = split_kernels(model_name, kernels)
 
     tensors, initial, zeroed = [], [], []
     trained = {t.split("[", 1)[0] for t in trainable}  # "fc.weight[0:4]": fc.weight trains
@@ -194,7 +199,10 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
         m=model_name, M=model_name.upper(), arena_bytes=plan.arena_bytes,
         alignment=plan.alignment, batch=inputs[0].shape[0] if inputs[0].shape else 1,
         inputs=[_io(x) for x in inputs], labels=_io(labels), output=_io(output),
-        tensors=tensors, constants=constants, initial=initial, zeroed=zeroed, kernels=kernels,
+        tensors=tensors, constants=constants, initial=initial, zeroed=zeroed,
+        kernels=[] if split else shared + kernels,
+        kernel_header=split.header if split else None,
+        kernel_files=[f"model_kernels_{i}.c" for i in range(len(split.files))] if split else [],
         classes=classes, state_bytes=plan.persistent_bytes, model_id=_layout_id(tensors),
         staged_restore=plan.restore_is_atomic,
         train_body=[("    " if n > 1 and c.kernel not in (BEGIN, END) else "")
@@ -218,6 +226,14 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
                                  ("CMakeLists.txt.j2", "CMakeLists.txt"),
                                  ("driver.c.j2", "driver.c")):
             (out_dir / target).write_text(env.get_template(template).render(**context))
+        for path in out_dir.glob("model_kernels*"):  # an earlier compile's split
+            path.unlink()
+        if split:
+            (out_dir / "model_kernels.h").write_text(
+                env.get_template("model_kernels.h.j2").render(**context))
+            template = env.get_template("model_kernels.c.j2")
+            for name, part in zip(context["kernel_files"], split.files):
+                (out_dir / name).write_text(template.render(shared=shared, kernels=part))
         shutil.copytree(RUNTIME_C, out_dir / "runtime_c", dirs_exist_ok=True)
     except OSError as err:
         raise CompileError(f"cannot write the C project to out_dir={str(out_dir)!r}: "

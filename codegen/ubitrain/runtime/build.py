@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,7 +23,7 @@ def cmake_build(project_dir: Path, build_dir: Path, shared: bool = True,
     if toolchain is not None:
         configure.append(f"-DCMAKE_TOOLCHAIN_FILE={Path(toolchain).resolve()}")
     steps = {"cmake configure": configure,
-             "compile C": ["cmake", "--build", str(build_dir), "-j", "2"]}
+             "compile C": ["cmake", "--build", str(build_dir), "-j", str(os.cpu_count() or 2)]}
     with Steps(f"ubitrain build {Path(project_dir).name}", list(steps), progress) as step:
         for name, cmd in steps.items():
             step(name)
