@@ -83,11 +83,18 @@ class ArenaPlanner:
                 out[j].append(i)
         return out
 
-    def _place(self, order, conflicts, best_fit: bool) -> tuple[list[int], int]:
+    def _place(self, order, conflicts, best_fit: bool, start: int = 0,
+               known: list[int] | None = None) -> tuple[list[int], int]:
+        """Offsets and arena of placing `order`; `known`: the offsets of an order whose first
+        `start` buffers are these, which are placed where they were (a buffer's place depends
+        only on those before it)."""
         sizes = self.sizes
         offsets = [-1] * len(sizes)
         arena = 0
-        for i in order:
+        for i in order[:start]:
+            offsets[i] = known[i]
+            arena = max(arena, known[i] + sizes[i])
+        for i in order[start:]:
             size = sizes[i]
             live = sorted((offsets[j], sizes[j]) for j in conflicts[i] if offsets[j] >= 0)
             chosen, chosen_gap, cursor = -1, None, 0
@@ -158,9 +165,11 @@ class ArenaPlanner:
             i = rng.choice(top)
             if rng.random() < 0.5 and conflicts[i]:
                 i = rng.choice(conflicts[i])  # or one of the buffers it sits on
+            to, at = rng.randrange(len(order)), order.index(i)
             candidate = list(order)
-            candidate.insert(rng.randrange(len(order)), candidate.pop(order.index(i)))
-            cand_offsets, cand_arena = self._place(candidate, conflicts, best_fit)
+            candidate.insert(to, candidate.pop(at))  # the buffers before both keep their place
+            cand_offsets, cand_arena = self._place(candidate, conflicts, best_fit,
+                                                   min(to, at), offsets)
             if cand_arena <= arena:
                 order, offsets, arena = candidate, cand_offsets, cand_arena
         return order, offsets, arena
