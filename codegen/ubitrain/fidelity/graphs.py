@@ -1,4 +1,4 @@
-"""Random models: DAGs of the ops in ops.py, with branches, fan-out and merges.
+"""Random models: DAGs of the ops in the op table (ops/), with branches, fan-out and merges.
 
 A `Graph` is an input shape and a list of nodes, each an op over earlier nodes (index 0 is
 the input) with its attributes. Shapes are inferred, never stored: a reduction (reduce.py)
