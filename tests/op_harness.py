@@ -13,6 +13,9 @@ Only the `d_*` tensors are parameters, so only they train. One step of `SGD(lr=1
 MSE loss then leaves `d = 0 - 1 * grad` in every delta: the gradient w.r.t. each input and
 each parameter, and (through `d_out = 2 / N * (y - target)`) the training-mode forward
 output itself. PyTorch autograd computes the same on a float64 copy of the module.
+
+Whole models are judged by the fidelity referee instead (`ubitrain.fidelity.referee.judge`,
+over several steps of `batches`): `assert_match` reads its verdict.
 """
 
 from __future__ import annotations
@@ -177,3 +180,17 @@ def run_op(inner: nn.Module, inputs, tmp_path, seed: int = 0, dropout_masks=None
     for name in probe.param_names:
         np.testing.assert_array_equal(state["inner." + name], initial_state["inner." + name])
     return res
+
+
+def batches(shape, classes, steps=3, seed=0):
+    """`steps` random (input, class label) pairs for a classifier: inputs of `shape` (the batch
+    first), labels in [0, classes)."""
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randn(shape, generator=gen), torch.randint(0, classes, (shape[0],),
+                                                              generator=gen))
+            for _ in range(steps)]
+
+
+def assert_match(verdict):
+    """The referee's verdict is a match; its summary says which check failed otherwise."""
+    assert verdict.status == "match", verdict.summary()
