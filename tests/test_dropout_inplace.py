@@ -1,7 +1,7 @@
 """In-place Dropout and torchvision's StochasticDepth train through the generated C as in
 PyTorch: their masks come from the C runtime's seeded generator, and the referee
 (fidelity.referee.judge, float64) replays those draws inside PyTorch's own Dropout and
-stochastic_depth code. Plain Dropout's tests are in test_ops.py."""
+stochastic_depth code. Plain Dropout's tests are in test_ops_dropout.py."""
 
 import warnings
 

@@ -15,8 +15,8 @@ for _name, _text in ACTIVATIONS.items():
                      lambda xs, a, name, _t=_text: _t.format(xs[0])))
 
 # Activations with an attribute: (its values, the call). The in-place forms are left to
-# tests/test_ops.py: over a value another node reads, or one autograd saved, they change
-# what the model computes or make PyTorch refuse the backward.
+# tests/test_ops_activations.py: over a value another node reads, or one autograd saved,
+# they change what the model computes or make PyTorch refuse the backward.
 SCALED = {
     "leaky_relu": ([0.01, 0.01, 0.2, -0.5, 1.5], "F.leaky_relu({}, {})"),
     "elu": ([1.0, 1.0, 0.5, 2.0, -0.7], "F.elu({}, {})"),
