@@ -16,6 +16,7 @@ from . import (  # noqa: F401 - imported to define their ops
     arithmetic,
     attention,
     dropout,
+    indexing,
     layers,
     matmul,
     norms,
@@ -40,6 +41,8 @@ DRAW_ORDER = (
     "matmul", "matmul_linear",  # matmul.py
     "scaled_dot_product_attention", "multihead_attention",  # attention.py
     "recurrent",  # recurrent.py
+    "index",  # indexing.py
+    "dropout_inplace", "bernoulli_mask", "stochastic_depth",  # dropout.py
 )
 
 if set(DRAW_ORDER) != set(DEFINED) or len(DRAW_ORDER) != len(DEFINED):
