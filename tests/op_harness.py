@@ -13,6 +13,9 @@ Only the `d_*` tensors are parameters, so only they train. One step of `SGD(lr=1
 MSE loss then leaves `d = 0 - 1 * grad` in every delta: the gradient w.r.t. each input and
 each parameter, and (through `d_out = 2 / N * (y - target)`) the training-mode forward
 output itself. PyTorch autograd computes the same on a float64 copy of the module.
+
+Whole models are judged by the fidelity referee instead (`ubitrain.fidelity.referee.judge`,
+over several steps of `batches`): `assert_match` reads its verdict.
 """
 
 from __future__ import annotations
@@ -177,3 +180,82 @@ def run_op(inner: nn.Module, inputs, tmp_path, seed: int = 0, dropout_masks=None
     for name in probe.param_names:
         np.testing.assert_array_equal(state["inner." + name], initial_state["inner." + name])
     return res
+
+
+# ---- building blocks of op tests ----------------------------------------------------------
+def randn(*shape, seed=0, scale=1.0):
+    """Reproducible normal values, `scale` times."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+def randint(low, high, *shape, seed=0):
+    """Reproducible integers as floats: exact ties and kinks (ReLU's 0, a max-pool tie)."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(low, high, shape, generator=gen).float()
+
+
+def seeded(module: nn.Module, seed: int = 0) -> nn.Module:
+    """Give a module's parameters reproducible, non-trivial values."""
+    gen = torch.Generator().manual_seed(100 + seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    return module
+
+
+class Fn(nn.Module):
+    """A stateless op as a module: `fn(*inputs)`."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+class WithParam(nn.Module):
+    """`fn(x, w)` with `w` a parameter: broadcasting against a trained tensor."""
+
+    def __init__(self, fn, shape, seed=0):
+        super().__init__()
+        self.fn = fn
+        self.w = nn.Parameter(randn(*shape, seed=50 + seed))
+
+    def forward(self, x):
+        return self.fn(x, self.w)
+
+
+class Probed(nn.Module):
+    """`after(before(x) + probe)`: `probe` is a zero parameter, so its gradient is the
+    gradient w.r.t. the intermediate `before(x)` (e.g. the exact zeros after a ReLU)."""
+
+    def __init__(self, before, after, mid_shape):
+        super().__init__()
+        self.before, self.after = before, after
+        self.probe = nn.Parameter(torch.zeros(mid_shape))
+
+    def forward(self, x):
+        return self.after(self.before(x) + self.probe)
+
+
+def check(inner, inputs, tmp_path, **kw) -> OpResult:
+    """`run_op`, then every tensor within RTOL of PyTorch's."""
+    res = run_op(inner, inputs, tmp_path, **kw)
+    res.check()
+    return res
+
+
+# ---- whole models judged by the referee ---------------------------------------------------
+def batches(shape, classes, steps=3, seed=0):
+    """`steps` random (input, class label) pairs for a classifier: inputs of `shape` (the batch
+    first), labels in [0, classes)."""
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randn(shape, generator=gen), torch.randint(0, classes, (shape[0],),
+                                                              generator=gen))
+            for _ in range(steps)]
+
+
+def assert_match(verdict):
+    """The referee's verdict is a match; its summary says which check failed otherwise."""
+    assert verdict.status == "match", verdict.summary()

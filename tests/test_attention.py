@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from op_harness import RTOL, rel_err
+from op_harness import RTOL, assert_match, batches, rel_err
 from torch import nn
 
 import ubitrain as ub
@@ -121,24 +121,13 @@ MHA_CASES = [
 ]
 
 
-def batches(shape, steps=3, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    return [(torch.randn(shape, generator=gen), torch.randint(0, CLASSES, (shape[0],),
-                                                              generator=gen))
-            for _ in range(steps)]
-
-
-def assert_match(verdict):
-    assert verdict.status == "match", verdict.summary()
-
-
 @pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=["sgd", "adam"])
 @pytest.mark.parametrize("make,batch,length,features", [c[1:] for c in SDPA_CASES],
                          ids=[c[0] for c in SDPA_CASES])
 def test_scaled_dot_product_attention_trains_like_pytorch(make, batch, length, features,
                                                           optimizer, tmp_path):
     torch.manual_seed(0)
-    assert_match(judge(make(), batches((batch, length, features)), optimizer, tmp_path))
+    assert_match(judge(make(), batches((batch, length, features), CLASSES), optimizer, tmp_path))
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=["sgd", "adam"])
@@ -146,7 +135,7 @@ def test_scaled_dot_product_attention_trains_like_pytorch(make, batch, length, f
                          ids=[c[0] for c in MHA_CASES])
 def test_multihead_attention_trains_like_pytorch(make, batch, length, optimizer, tmp_path):
     torch.manual_seed(0)
-    assert_match(judge(make(), batches((batch, length, 4)), optimizer, tmp_path))
+    assert_match(judge(make(), batches((batch, length, 4), CLASSES), optimizer, tmp_path))
 
 
 def test_multihead_attention_dropout_uses_the_c_runtime_masks(tmp_path, monkeypatch):
@@ -157,7 +146,7 @@ def test_multihead_attention_dropout_uses_the_c_runtime_masks(tmp_path, monkeypa
     torch.manual_seed(0)
     model = MHA(8, 2, 5)
     model.attn.dropout = 0.25
-    (x, y), = batches((2, 5, 4), steps=1)
+    (x, y), = batches((2, 5, 4), CLASSES, steps=1)
     seed = 7
     trainer = ub.compile(model, (x,), y, optimizer=ub.SGD(lr=0.1, momentum=0.9),
                          out_dir=tmp_path).build(seed=seed)

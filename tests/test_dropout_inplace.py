@@ -1,7 +1,7 @@
 """In-place Dropout and torchvision's StochasticDepth train through the generated C as in
 PyTorch: their masks come from the C runtime's seeded generator, and the referee
 (fidelity.referee.judge, float64) replays those draws inside PyTorch's own Dropout and
-stochastic_depth code. Plain Dropout's tests are in test_ops.py."""
+stochastic_depth code. Plain Dropout's tests are in test_ops_dropout.py."""
 
 import warnings
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from op_harness import assert_match, batches
 from torch import nn
 
 import ubitrain as ub
@@ -38,19 +39,13 @@ class Regularised(nn.Module):
         return self.out(self.depth(g) + h)
 
 
-def _batches(batch, steps=3):
-    gen = torch.Generator().manual_seed(batch)
-    return [(torch.randn(batch, 6, generator=gen), torch.randint(0, 5, (batch,), generator=gen))
-            for _ in range(steps)]
-
-
 @pytest.mark.parametrize("mode", ["row", "batch"])
 @pytest.mark.parametrize("batch", [1, 8])
 def test_inplace_dropout_and_stochastic_depth_train_like_pytorch(mode, batch, tmp_path):
     torch.manual_seed(0)
-    verdict = judge(Regularised(mode), _batches(batch), ub.SGD(lr=0.1, momentum=0.9),
-                    tmp_path, seed=5)
-    assert verdict.status == "match", verdict.summary()
+    verdict = judge(Regularised(mode), batches((batch, 6), 5, seed=batch),
+                    ub.SGD(lr=0.1, momentum=0.9), tmp_path, seed=5)
+    assert_match(verdict)
     assert all(np.isfinite(c.tolerance) for c in verdict.checks)  # every check could fail
 
 
@@ -73,7 +68,7 @@ def test_channel_and_alpha_dropout_train_like_pytorch(tmp_path):
                for _ in range(3)]
     verdict = judge(ChannelAndAlphaDropout(), batches, ub.SGD(lr=0.1, momentum=0.9), tmp_path,
                     seed=2)
-    assert verdict.status == "match", verdict.summary()
+    assert_match(verdict)
     assert all(np.isfinite(c.tolerance) for c in verdict.checks)
 
 
@@ -81,12 +76,12 @@ def test_the_referee_tells_other_masks_apart(tmp_path):
     """The C built with one seed, judged as if it had another: the masks differ, so the
     steps must too (the match above is not the masks' doing nothing)."""
     torch.manual_seed(0)
-    model, batches = Regularised("row"), _batches(8)
-    pkg = ub.compile(model, (batches[0][0],), batches[0][1], optimizer=ub.SGD(lr=0.1),
+    model, data = Regularised("row"), batches((8, 6), 5, seed=8)
+    pkg = ub.compile(model, (data[0][0],), data[0][1], optimizer=ub.SGD(lr=0.1),
                      out_dir=tmp_path)
     trainer = pkg.build(seed=5)
     verdict = referee(trainer, Reference(model, ub.SGD(lr=0.1), "cross_entropy",
-                                         pkg.trainable), batches, seed=6)
+                                         pkg.trainable), data, seed=6)
     assert verdict.status == "mismatch"
 
 

@@ -5,21 +5,11 @@ arena poisoned with NaN so that a read of unwritten memory shows)."""
 import pytest
 import torch
 import torch.nn.functional as F
+from op_harness import assert_match, batches
 from torch import nn
 
 import ubitrain as ub
 from ubitrain.fidelity.referee import judge
-
-
-def batches(shape, classes, steps=3, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    return [(torch.randn(shape, generator=gen), torch.randint(0, classes, (shape[0],),
-                                                              generator=gen))
-            for _ in range(steps)]
-
-
-def assert_match(verdict):
-    assert verdict.status == "match", verdict.summary()
 
 
 class ReluAvgPool(nn.Module):

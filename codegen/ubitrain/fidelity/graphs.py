@@ -1,4 +1,4 @@
-"""Random models: DAGs of the ops in ops.py, with branches, fan-out and merges.
+"""Random models: DAGs of the ops in the op table (ops/), with branches, fan-out and merges.
 
 A `Graph` is an input shape and a list of nodes, each an op over earlier nodes (index 0 is
 the input) with its attributes. Shapes are inferred, never stored: a reduction (reduce.py)
@@ -92,12 +92,21 @@ def _value(i: int) -> str:
     return "x" if i == 0 else f"t{i}"
 
 
+# The names a model's source uses (repro scripts import them too): torchvision's plain-Python
+# layers (StochasticDepth) come without its C extension (real_models.torchvision_ops).
+PRELUDE = """import torch
+import torch.nn.functional as F  # noqa: F401 (the model may use it)
+from torch import nn
+
+from ubitrain.fidelity.real_models import torchvision_ops  # noqa: F401 (the model may use it)
+"""
+
+
 def instantiate(graph: Graph, seed: int) -> torch.nn.Module:
     """The model, its weights drawn from `seed`; BatchNorm and LayerNorm affine parameters
     moved off their ones and zeros, so that their gradients are not symmetric."""
     namespace: dict = {}
-    exec("import torch\nfrom torch import nn\nimport torch.nn.functional as F\n"
-         + source(graph), namespace)
+    exec(PRELUDE + source(graph), namespace)
     torch.manual_seed(seed)
     model = namespace["Net"]()
     vary_norm_parameters(model, seed)

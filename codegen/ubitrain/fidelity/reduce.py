@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..optim import SGD
 from .fuzz import Case, draw_case, run_case
-from .graphs import Graph, Node, source
+from .graphs import PRELUDE, Graph, Node, source
 
 BUDGET = 80  # cases run at most while reducing one failure (about 3 s each)
 
@@ -112,10 +112,7 @@ Run it with `python {f"repro_{case.seed}.py"}`: it trains the model below throug
 C with every rewrite pass on, and with {', '.join(case.disabled) or 'none'} switched off, and
 judges each against PyTorch in float64 (ubitrain.fidelity.referee).
 """
-import torch
-import torch.nn.functional as F  # noqa: F401 (the model may use it)
-from torch import nn
-
+{PRELUDE}
 import ubitrain as ub
 from ubitrain.fidelity.fuzz import first_difference
 from ubitrain.fidelity.graphs import vary_norm_parameters

@@ -8,7 +8,8 @@ runtime draws each step from its seeded RNG. One module per kind of op; importin
 package registers them all.
 
 To add an op: write a converter with `@converts(...)` in the module of its kind, give it a
-gradient in `training/gradients.py` if Relax has none, and add a case to `tests/test_ops.py`.
+gradient in `training/gradients.py` if Relax has none, and add a case to
+`tests/test_ops_<kind>.py`.
 """
 
 from . import (  # noqa: F401
