@@ -301,3 +301,33 @@ def test_checks_of_a_dead_layer_under_adam_can_fail(tmp_path):
     dead = [c for c in verdict.checks if c.name.startswith("linear.")]
     assert dead and all(math.isfinite(c.tolerance) for c in verdict.checks), \
         [str(c) for c in verdict.checks if not math.isfinite(c.tolerance)]
+
+
+class ChainedGramProducts(nn.Module):
+    """Fuzz seed 2004, reduced: three chained `xᵀ @ linear(x)` products. One SGD step takes
+    the float64 prediction to 1e50, beyond float32's range: PyTorch's float32 gives inf as the
+    C does. Judged a mismatch (error inf against a tolerance from float32 runs that were all
+    inf); float32 cannot train this model, so the referee says it diverges."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 1), nn.Linear(4, 1, bias=False)
+        self.c, self.head = nn.Linear(1, 1), nn.Linear(1, 2)
+
+    def forward(self, x):
+        t1 = x.transpose(-1, -2) @ self.a(x)
+        t2 = t1 @ t1.transpose(-1, -2)
+        t3 = t2.transpose(-1, -2) @ self.b(t2)
+        t4 = t3.transpose(-1, -2) @ self.c(t3)
+        return self.head(t4.reshape(t4.shape[0], -1))
+
+
+def test_a_model_beyond_float32_range_diverges(tmp_path):
+    torch.manual_seed(2004)
+    model = ChainedGramProducts()
+    gen = torch.Generator().manual_seed(2004000)
+    scale = float(torch.empty(()).uniform_(0.5, 2.0, generator=gen))
+    x = torch.randn((1, 1, 4, 4), generator=gen) * scale
+    verdict = judge(model, [(x, torch.randn((1, 2), generator=gen))],
+                    ub.SGD(lr=0.1, momentum=0.9), tmp_path, loss="mse")
+    assert verdict.status == "diverges", verdict.summary()

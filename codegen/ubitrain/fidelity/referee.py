@@ -66,7 +66,9 @@ class Check:
 
 @dataclass
 class Verdict:
-    status: str  # "match", "mismatch", "near kink" or "diverges" (PyTorch's loss is not finite)
+    # "match", "mismatch", "near kink" or "diverges" (PyTorch itself overflows: its float64
+    # loss, or its own float32 step or prediction, is not finite)
+    status: str
     checks: list[Check] = field(default_factory=list)
     near_kinks: dict[int, list[str]] = field(default_factory=dict)  # step -> ops
     replayed: dict[int, int] = field(default_factory=dict)  # step -> elements on the C's side
@@ -120,6 +122,18 @@ def compare(name, step, got, exact, rounded: list, base=None) -> Check:
     return Check(step, name, err(got), spread, SPREAD_FACTOR * spread + floor)
 
 
+def _not_finite_where(f32, f64) -> bool:
+    return bool(np.any(np.isfinite(f64) & ~np.isfinite(f32)))
+
+
+def _overflows(f32, f64) -> bool:
+    """PyTorch's own float32 step is not finite where its float64 step is (a loss of 1e240,
+    or a gradient beyond 3.4e38): float32 cannot train the model this far."""
+    return _not_finite_where(f32.loss, f64.loss) or any(
+        _not_finite_where(f32.state[n], f64.state[n]) for n in f64.state) or any(
+        _not_finite_where(f32.opt_state[n], f64.opt_state[n]) for n in f64.opt_state)
+
+
 def referee(trainer, reference: Reference, batches, seed: int = 0,
             capture: ForwardCapture | None = None) -> Verdict:
     """Train `trainer` (the generated C, built with `seed`) on `batches` = [(x..., y)] and
@@ -136,6 +150,8 @@ def referee(trainer, reference: Reference, batches, seed: int = 0,
             return Verdict("diverges", checks, kinks, trajectory=trajectory)
         rounded = [reference.step(state, opt_state, k, batch, rng, torch.float32, v,
                                   record=(i == 0)) for i, v in enumerate(FLOAT32_VARIANTS)]
+        if _overflows(rounded[0], exact):  # so does any float32 program: nothing to compare
+            return Verdict("diverges", checks, kinks, trajectory=trajectory)
         found = near_kinks(exact.decisions, rounded[0].decisions)
         if found:
             kinks[k] = found
@@ -172,6 +188,8 @@ def referee(trainer, reference: Reference, batches, seed: int = 0,
     exact = reference.evaluate(state, xs, record=True)
     rounded = [reference.evaluate(state, xs, torch.float32, v, record=(i == 0))
                for i, v in enumerate(FLOAT32_VARIANTS)]
+    if _not_finite_where(rounded[0].output, exact.output):
+        return Verdict("diverges", checks, kinks, trajectory=trajectory)
     found = near_kinks(exact.decisions, rounded[0].decisions)
     if found:
         kinks[0] = found
