@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from .kinks import FLOAT32_EPS, near_kinks, near_masks
-from .reference import FLOAT32_VARIANTS, Reference
+from .reference import FLOAT32_VARIANTS, MORE_FLOAT32_VARIANTS, Reference
 from .sides import ForwardCapture, SideReplay, traced
 
 SPREAD_FACTOR = 8.0
@@ -134,6 +134,25 @@ def _overflows(f32, f64) -> bool:
         _not_finite_where(f32.opt_state[n], f64.opt_state[n]) for n in f64.opt_state)
 
 
+def _step_checks(k, loss, new_state, new_opt, exact, rounded, state, opt_state) -> list:
+    """Step `k` of the C (its loss, state and optimizer state) against float64 PyTorch's
+    `exact` and the float32 runs `rounded`, all from `state` and `opt_state`."""
+    checks = [compare("loss", k, loss, exact.loss, [r.loss for r in rounded])]
+    for name, value in new_state.items():
+        checks.append(compare(name, k, value, exact.state[name],
+                              [r.state[name] for r in rounded], state[name]))
+    for name, value in new_opt.items():
+        squared = name.rsplit(".", 1)[-1] in SQUARED_STATES
+        scale = np.sqrt if squared else np.asarray
+        # (the one-ulp variant can nudge an exactly-zero second moment below zero)
+        nudged = (lambda v: np.sqrt(np.maximum(v, 0.0))) if squared else np.asarray
+        old = opt_state.get(name)
+        checks.append(compare(name, k, scale(value), scale(exact.opt_state[name]),
+                              [nudged(r.opt_state[name]) for r in rounded],
+                              None if old is None else scale(old)))
+    return checks
+
+
 def referee(trainer, reference: Reference, batches, seed: int = 0,
             capture: ForwardCapture | None = None) -> Verdict:
     """Train `trainer` (the generated C, built with `seed`) on `batches` = [(x..., y)] and
@@ -169,19 +188,15 @@ def referee(trainer, reference: Reference, batches, seed: int = 0,
                 unreplayed[k] = replays[0].unreplayed
         new_state, new_opt = trainer.parameters(), trainer.optimizer_state()
         trajectory.append((loss, new_state, new_opt))
-        checks.append(compare("loss", k, loss, exact.loss, [r.loss for r in rounded]))
-        for name, value in new_state.items():
-            checks.append(compare(name, k, value, exact.state[name],
-                                  [r.state[name] for r in rounded], state[name]))
-        for name, value in new_opt.items():
-            squared = name.rsplit(".", 1)[-1] in SQUARED_STATES
-            scale = np.sqrt if squared else np.asarray
-            # (the one-ulp variant can nudge an exactly-zero second moment below zero)
-            nudged = (lambda v: np.sqrt(np.maximum(v, 0.0))) if squared else np.asarray
-            old = opt_state.get(name)
-            checks.append(compare(name, k, scale(value), scale(exact.opt_state[name]),
-                                  [nudged(r.opt_state[name]) for r in rounded],
-                                  None if old is None else scale(old)))
+        judged = _step_checks(k, loss, new_state, new_opt, exact, rounded, state, opt_state)
+        if not all(c.ok for c in judged):  # measure PyTorch's spread again, on more runs
+            more = [reference.step(state, opt_state, k, batch, rng, torch.float32, v,
+                                   recorder=SideReplay(capture.steps[-1], near)
+                                   if found and capture is not None else None)
+                    for v in MORE_FLOAT32_VARIANTS]
+            judged = _step_checks(k, loss, new_state, new_opt, exact, rounded + more, state,
+                                  opt_state)
+        checks += judged
         state, opt_state = new_state, new_opt  # teacher forcing: go on from the C's state
         rng = getattr(trainer, "rng_state", exact.rng_state)
     xs = batches[-1][:-1]
@@ -195,7 +210,12 @@ def referee(trainer, reference: Reference, batches, seed: int = 0,
         kinks[0] = found
     output = trainer.predict(*xs)
     trajectory.append(output)
-    checks.append(compare("predict", 0, output, exact.output, [r.output for r in rounded]))
+    check = compare("predict", 0, output, exact.output, [r.output for r in rounded])
+    if not check.ok:
+        rounded += [reference.evaluate(state, xs, torch.float32, v)
+                    for v in MORE_FLOAT32_VARIANTS]
+        check = compare("predict", 0, output, exact.output, [r.output for r in rounded])
+    checks.append(check)
     failed_steps = {c.step for c in checks if not c.ok}
     undecided = {k for k in kinks if capture is None or k == 0 or k in unreplayed}
     if not failed_steps:
