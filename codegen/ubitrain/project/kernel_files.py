@@ -36,10 +36,11 @@ def split_kernels(model: str, kernels: list[str],
     """The kernels in files of about `max_bytes` each, or None when one file is enough.
 
     Sources that call a function another source defines stay in one file with it (a lane
-    kernel and its dispatcher), so that no static function is called across files."""
+    kernel and its dispatcher), so that no static function is called across files. Sources
+    that define no UB_KERNEL (the int8 layer library) are not split."""
     max_bytes = max_bytes or KERNEL_FILE_BYTES
     total = sum(len(k) for k in kernels)
-    if total <= max_bytes or len(kernels) < 2:
+    if total <= max_bytes or len(kernels) < 2 or not all(map(_KERNEL.search, kernels)):
         return None
     groups = _call_groups(kernels)
     count = min(MAX_KERNEL_FILES, len(groups), -(-total // max_bytes))
