@@ -62,10 +62,11 @@ def count(name: str, batch: int, steps: int, work: Path) -> dict:
     m = pkg.model_name
     (work / "main.c").write_text(MAIN_C.format(m=m, M=m.upper(), classes=entry.classes))
     runtime = sorted(str(p) for p in (pkg.out_dir / "runtime_c").glob("*.c"))
+    kernel_files = sorted(str(p) for p in pkg.out_dir.glob("model_kernels_*.c"))  # large models
     binary = work / "step"
     subprocess.run(["cc", *FLAGS, f"-I{pkg.out_dir}", f"-I{pkg.out_dir / 'runtime_c'}",
-                    str(work / "main.c"), str(pkg.out_dir / "model.c"), *runtime, "-lm",
-                    "-o", str(binary)], check=True, capture_output=True)
+                    str(work / "main.c"), str(pkg.out_dir / "model.c"), *kernel_files, *runtime,
+                    "-lm", "-o", str(binary)], check=True, capture_output=True)
     out = work / "callgrind.out"
     subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(binary),
                     str(steps)], check=True, capture_output=True)
