@@ -374,3 +374,28 @@ def test_a_gradient_of_pure_cancellation_is_judged_on_more_runs(tmp_path):
         x = torch.randn((4, 1), generator=gen) * scale
         data.append((x, torch.randint(0, 5, (4,), generator=gen)))
     assert_match(judge(model, data, ub.AdamW(lr=0.01, weight_decay=0.01), tmp_path, seed=71))
+
+
+class PaddedMaxPool1d(nn.Module):
+    """Fuzz seed 50298 (the a60789d campaign), reduced: with the micro-kernels off, the printed
+    max-pool gradient read its window's gradient at index -1 where it is 0 (TVM's
+    FlattenBuffer rewrote floordiv(1 - gj, 3) as gj // -3): LayerNorm's bias went to inf."""
+
+    def __init__(self, width, pool):
+        super().__init__()
+        self.fc, self.pool = nn.Linear(3, width), pool
+        with torch.no_grad():
+            size = F.max_pool1d(torch.zeros(1, 1, width), *pool).numel()
+        self.head = nn.Linear(size, 2)
+
+    def forward(self, x):
+        return self.head(F.max_pool1d(self.fc(x).unsqueeze(1), *self.pool).flatten(1))
+
+
+@pytest.mark.parametrize("width, pool", [(1, (3, 3, 1)), (2, (3, 3, 1)), (5, (3, 3, 1)),
+                                         (4, (2, 2, 1)), (7, (3, 2, 1))])
+def test_padded_max_pool_gradient_without_micro_kernels(width, pool, tmp_path):
+    torch.manual_seed(0)
+    assert_match(judge(PaddedMaxPool1d(width, pool), batches((4, 3), 2, seed=50298),
+                       ub.SGD(lr=0.1, momentum=0.9), tmp_path,
+                       disable_passes=("microkernels",)))

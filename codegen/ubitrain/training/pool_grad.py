@@ -102,7 +102,11 @@ def max_pool2d_backward(dy: te.Tensor, x: te.Tensor, pool_size, strides, padding
         # The window (oh, ow) holds (h, w) at tap (gi, gj) if oh * s = h + pad - gi * d.
         nh = h + pad_top - gi * dh
         nw = w + pad_left - gj * dw
-        oh, ow = tirx.floordiv(nh, sh), tirx.floordiv(nw, sw)
+        # Divided as max(n, 0), equal to n wherever `holds`: TVM's FlattenBuffer rewrote the
+        # window index floordiv(1 - gj, 3) as gj // -3 (-1 at gj = 1, where it is 0), and the
+        # gradient read before its buffer (fuzz seed 50298: max_pool1d(3, padding=1) of width 1)
+        oh = tirx.floordiv(tirx.max(nh, 0), sh)
+        ow = tirx.floordiv(tirx.max(nw, 0), sw)
         holds = tirx.all(nh >= 0, tirx.floormod(nh, sh) == 0, oh < out_h,
                          nw >= 0, tirx.floormod(nw, sw) == 0, ow < out_w)
         won = tirx.if_then_else(holds, argmax[b, ch, oh, ow] == h * width + w, False)
