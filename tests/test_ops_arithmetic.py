@@ -1,10 +1,7 @@
 """Elementwise arithmetic with broadcasting, cat/stack and tensors made in forward: the
 generated C against PyTorch.
 
-Each case compiles one small module wrapped by `op_harness.OpProbe`, takes one SGD(lr=1)
-step on the MSE loss and compares, with relative error <= 1e-4 per tensor, the
-training-mode output and loss, `predict`, the gradient w.r.t. every input and parameter,
-and the state that training updates, with PyTorch autograd in float64 (op_harness.py).
+Each case is judged by `op_harness.check` (op_harness.py says how).
 """
 
 from __future__ import annotations
