@@ -132,12 +132,13 @@ class KernelLibrary:
                 name = todo.pop()
                 if name not in kept:
                     kept.add(name)
-                    todo += [n for n in _CALLED.findall(self.kernels[name].source)
+                    todo += [n for n in CALLED.findall(self.kernels[name].source)
                              if n in self.kernels]
         return [k.source for name, k in self.kernels.items() if name in kept]
 
 
-_CALLED = re.compile(r"\b(ub_\w+)\s*\(")
+# the ub_ functions a C source calls (kernels calling kernels; project/kernel_files.py)
+CALLED = re.compile(r"\b(ub_\w+)\s*\(")
 
 
 def _c_ident(name: str) -> str:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..kernels.library import CALLED
+
 KERNEL_FILE_BYTES = 192 * 1024
 MAX_KERNEL_FILES = 8
 
@@ -22,7 +24,6 @@ MAX_KERNEL_FILES = 8
 _KERNEL = re.compile(r"^UB_KERNEL\s+(?:UB_\w+\s+)*(\w+)\s+(ub_\w+)\s*\(([^)]*)\)\s*\{", re.M)
 # any function defined at a line's start: the names a kernel's helpers have
 _DEFINED = re.compile(r"^[A-Za-z_][\w\s*]*?\b(ub_\w+)\s*\([^;{]*\)\s*\{", re.M)
-_CALLED = re.compile(r"\b(ub_\w+)\s*\(")
 
 
 @dataclass
@@ -70,7 +71,7 @@ def _call_groups(kernels: list[str]) -> list[list[int]]:
         return i
 
     for i, source in enumerate(kernels):
-        for name in _CALLED.findall(source):
+        for name in CALLED.findall(source):
             j = owner.get(name)
             if j is not None:
                 parent[root(i)] = root(j)
