@@ -5,8 +5,7 @@
 
 A zoo model's host package is compiled, and its model.c is built with a small main() that
 runs `--steps` training steps on one batch, with the flags of the generated project's host
-build (-O3 -march=native -mtune=generic -ffp-contract=off). valgrind's callgrind counts the
-instructions each kernel retires (inclusive of the micro-kernel cores it calls) per step.
+build (FLAGS below). valgrind's callgrind counts the instructions each kernel retires (inclusive of the micro-kernel cores it calls) per step.
 Unlike a time, the count is the same on a busy machine and a quiet one, so two commits
 compare to the instruction; on this x86-64 host the step's time follows it (a kernel's time
 fitted to its instructions and its L2 misses put most of it on the instructions).
@@ -45,7 +44,8 @@ int main(int argc, char **argv) {{
     return 0;
 }}
 """
-FLAGS = ["-O3", "-march=native", "-mtune=generic", "-ffp-contract=off", "-fno-math-errno"]
+FLAGS = ["-O3", "-march=native", "-mtune=generic", "-ffp-contract=off", "-fno-math-errno",
+         "-fno-tree-loop-if-convert"]
 # an inclusive count of a function: "  1,234,567 (12.34%)  file:function [binary]"
 LINE = re.compile(r"\s*([\d,]+) \([^)]*\)\s+\S*?:(ub_\w+?)"
                   r"(?:\.(?:constprop|isra|part)\.\d+)*(?: \[|$)")

@@ -399,3 +399,25 @@ def test_padded_max_pool_gradient_without_micro_kernels(width, pool, tmp_path):
     assert_match(judge(PaddedMaxPool1d(width, pool), batches((4, 3), 2, seed=50298),
                        ub.SGD(lr=0.1, momentum=0.9), tmp_path,
                        disable_passes=("microkernels",)))
+
+
+class PoolToTallerOutput(nn.Module):
+    """Fuzz seed 60367 (the b84f55f campaign), reduced: adaptive max pool of a height-1 input
+    to height 2. GCC 12's vectoriser, on an AVX2 host, made masked loads of the gradient's
+    `argmax == w ? dy : 0` with the wrong address: channel 1 read channel 0's second row of dy,
+    and the conv's gradients were 120-180% off (CMakeLists.txt.j2: -fno-tree-loop-if-convert)."""
+
+    def __init__(self, height):
+        super().__init__()
+        self.c, self.height = nn.Conv2d(1, 2, 1), height
+        self.head = nn.Linear(2 * height * 6, 2)
+
+    def forward(self, x):
+        return self.head(F.adaptive_max_pool2d(self.c(x), (self.height, None)).flatten(1))
+
+
+@pytest.mark.parametrize("height", [2, 3])
+def test_adaptive_max_pool_to_a_taller_output(height, tmp_path):
+    torch.manual_seed(0)
+    assert_match(judge(PoolToTallerOutput(height), batches((1, 1, 1, 6), 2, seed=60367),
+                       ub.SGD(lr=0.1, momentum=0.9), tmp_path))
