@@ -5,7 +5,8 @@
 
 A zoo model's host package is compiled, and its model.c is built with a small main() that
 runs `--steps` training steps on one batch, with the flags of the generated project's host
-build (FLAGS below). valgrind's callgrind counts the instructions each kernel retires (inclusive of the micro-kernel cores it calls) per step.
+build (FLAGS below). valgrind's callgrind counts the instructions each kernel retires
+(inclusive of the micro-kernel cores it calls) per step.
 Unlike a time, the count is the same on a busy machine and a quiet one, so two commits
 compare to the instruction; on this x86-64 host the step's time follows it (a kernel's time
 fitted to its instructions and its L2 misses put most of it on the instructions).
