@@ -31,15 +31,12 @@ def fuse_elementwise(sch: s_tir.Schedule) -> s_tir.Schedule:
         return sch
     base = None  # divisions and remainders of the kernel as it stands, counted when needed
     for index in range(len(blocks)):
+        if not _short_elementwise(sch, list(sch.get_child_blocks(sch.get_sblock("root")))[index]):
+            continue  # judged on `sch`: a trial copy costs more than the check
         trial = s_tir.Schedule(sch.mod)
         block = list(trial.get_child_blocks(trial.get_sblock("root")))[index]
-        if any(int(v.iter_type) != tirx.IterVar.DataPar for v in trial.get(block).iter_vars):
-            continue
-        loops = trial.get_loops(block)
-        if len(loops) < 2 or int(trial.get(loops[-1]).extent) >= SHORT_INNER:
-            continue
         try:
-            trial.fuse(*loops)
+            trial.fuse(*trial.get_loops(block))
         except Exception:  # noqa: BLE001 - loops shared with another block
             continue
         base = _div_mods(sch.mod["main"]) if base is None else base
@@ -47,6 +44,14 @@ def fuse_elementwise(sch: s_tir.Schedule) -> s_tir.Schedule:
         if fused <= base:
             sch, base = trial, fused
     return sch
+
+
+def _short_elementwise(sch: s_tir.Schedule, block) -> bool:
+    """No reduction axis, and a nest of two or more loops whose innermost one is short."""
+    if any(int(v.iter_type) != tirx.IterVar.DataPar for v in sch.get(block).iter_vars):
+        return False
+    loops = sch.get_loops(block)
+    return len(loops) >= 2 and int(sch.get(loops[-1]).extent) < SHORT_INNER
 
 
 def _div_mods(func: tirx.PrimFunc) -> int:
