@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import jinja2
@@ -36,6 +37,11 @@ def render_template(template: str, **params) -> str:
 
 def support_sources(isa: str) -> dict[str, str]:
     """The shared code the micro-kernels of `isa` call: packers, the GEMM micro-kernel."""
+    return dict(_support_sources(isa))
+
+
+@functools.cache  # the same text for every kernel of `isa`: rendered once, not per kernel
+def _support_sources(isa: str) -> dict[str, str]:
     core = GEMM_CORES[isa]
     tails = [m for m in (4, 2, 1) if m < core.mr]  # remainders of M, largest first
     sources = {gemm_name(isa): render_template(core.template, mr=core.mr, nr=core.nr, tails=tails,
