@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+
 from .greedy_planner import align_up
 
 HILL_CLIMB_STEPS = 2000  # placements tried at most after the seed orders,
@@ -70,7 +72,7 @@ class ArenaPlanner:
                     for t in events), default=0)
 
     # ---- planning ------------------------------------------------------------------------
-    def _conflicts(self) -> list[list[int]]:
+    def _conflicts(self) -> list[np.ndarray]:
         n = len(self.sizes)
         by_first = sorted(range(n), key=lambda i: self.spans[i][0])
         out: list[list[int]] = [[] for _ in range(n)]
@@ -81,37 +83,24 @@ class ArenaPlanner:
                     break
                 out[i].append(j)
                 out[j].append(i)
-        return out
+        return [np.asarray(c, np.int64) for c in out]  # indexes offsets in _gap
 
     def _place(self, order, conflicts, best_fit: bool, start: int = 0,
                known: list[int] | None = None) -> tuple[list[int], int]:
         """Offsets and arena of placing `order`; `known`: the offsets of an order whose first
         `start` buffers are these, which are placed where they were (a buffer's place depends
         only on those before it)."""
-        sizes = self.sizes
-        offsets = [-1] * len(sizes)
+        sizes = np.asarray(self.sizes, np.int64)
+        offsets = np.full(len(sizes), -1, np.int64)
         arena = 0
         for i in order[:start]:
             offsets[i] = known[i]
-            arena = max(arena, known[i] + sizes[i])
+            arena = max(arena, known[i] + self.sizes[i])
         for i in order[start:]:
-            size = sizes[i]
-            live = sorted((offsets[j], sizes[j]) for j in conflicts[i] if offsets[j] >= 0)
-            chosen, chosen_gap, cursor = -1, None, 0
-            for off, sz in live:
-                gap = off - cursor
-                if gap >= size:
-                    if not best_fit:
-                        chosen = cursor
-                        break
-                    if chosen_gap is None or gap < chosen_gap:
-                        chosen, chosen_gap = cursor, gap
-                cursor = max(cursor, off + sz)
-            if chosen < 0:
-                chosen = cursor
+            chosen = _gap(offsets, sizes, conflicts[i], self.sizes[i], best_fit)
             offsets[i] = chosen
-            arena = max(arena, chosen + size)
-        return offsets, arena
+            arena = max(arena, chosen + self.sizes[i])
+        return offsets.tolist(), arena
 
     def _seed_orders(self, conflicts) -> dict[str, list[int]]:
         n = range(len(self.sizes))
@@ -163,8 +152,8 @@ class ArenaPlanner:
                 break
             top = [i for i in order if offsets[i] + self.sizes[i] == arena]
             i = rng.choice(top)
-            if rng.random() < 0.5 and conflicts[i]:
-                i = rng.choice(conflicts[i])  # or one of the buffers it sits on
+            if rng.random() < 0.5 and len(conflicts[i]):
+                i = int(rng.choice(conflicts[i]))  # or one of the buffers it sits on
             to, at = rng.randrange(len(order)), order.index(i)
             candidate = list(order)
             candidate.insert(to, candidate.pop(at))  # the buffers before both keep their place
@@ -173,3 +162,25 @@ class ArenaPlanner:
             if cand_arena <= arena:
                 order, offsets, arena = candidate, cand_offsets, cand_arena
         return order, offsets, arena
+
+
+def _gap(offsets, sizes, conflicting, size: int, best_fit: bool) -> int:
+    """The offset for a buffer of `size` among the placed buffers (offset >= 0) of
+    `conflicting`: scanned in (offset, size) order, the lowest gap between them that fits
+    (first fit) or the first of the smallest (best fit); with none, on top of them all."""
+    placed = offsets[conflicting]
+    keep = placed >= 0
+    starts, lengths = placed[keep], sizes[conflicting][keep]
+    if not starts.size:
+        return 0
+    by_offset = np.lexsort((lengths, starts))
+    starts = starts[by_offset]
+    tops = np.maximum.accumulate(starts + lengths[by_offset])
+    cursors = np.concatenate(([0], tops[:-1]))  # the highest end below each buffer, in order
+    gaps = starts - cursors
+    fits = gaps >= size
+    if not fits.any():
+        return int(tops[-1])
+    first = int(np.argmin(np.where(fits, gaps, np.iinfo(np.int64).max))) if best_fit \
+        else int(np.argmax(fits))
+    return int(cursors[first])
