@@ -44,7 +44,9 @@ def split_kernels(model: str, kernels: list[str],
     if total <= max_bytes or len(kernels) < 2 or not all(map(_KERNEL.search, kernels)):
         return None
     groups = _call_groups(kernels)
-    count = min(MAX_KERNEL_FILES, len(groups), -(-total // max_bytes))
+    count = -(-total // max_bytes)
+    count += count % 2  # even: on two (or four) cores the files finish together
+    count = min(MAX_KERNEL_FILES, len(groups), count)
     files: list[list[int]] = [[] for _ in range(count)]
     sizes = [0] * count
     for group in sorted(groups, key=lambda g: -sum(len(kernels[i]) for i in g)):
