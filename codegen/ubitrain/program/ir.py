@@ -87,7 +87,9 @@ class Call:
 def users(calls: list[Call], slot: Slot) -> list[int]:
     """Indices of the calls that pass `slot`'s storage (its root) as an argument."""
     root = slot.root
-    return [i for i, c in enumerate(calls) if any(a.root is root for a in c.args)]
+    return list(dict.fromkeys(  # a call passing it twice counts once
+        i for i, c in enumerate(calls) for a in c.args
+        if a is root or (a.view_of is not None and a.root is root)))
 
 
 def merge_feeders(calls: list[Call], merge) -> list[Call]:
