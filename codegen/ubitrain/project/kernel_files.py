@@ -1,8 +1,9 @@
 """A large model's kernels in several C files, so that the C build runs on every core.
 
 One model.c of 1.4 MB (googlenet at 3x32x32) took gcc -O3 20 s on one core while the other
-idled. Above KERNEL_FILE_BYTES of kernel code, the kernels go to model_kernels_<i>.c files of
-about that size each, which CMake compiles in parallel, and model.c includes
+idled. Above KERNEL_FILE_BYTES of kernel code, the kernels go to an even number of
+model_kernels_<i>.c files of at most about that size, which CMake compiles in parallel (before
+model.c, so that the longest compiles start first), and model.c includes
 model_kernels.h, which declares them. There the kernels have external linkage
 (UB_KERNEL_EXTERN, runtime_c/ub_runtime.h) under names prefixed with the model's, so that two
 generated models still link into one program. The code is the same as in one file: the
