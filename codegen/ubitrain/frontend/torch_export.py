@@ -34,7 +34,7 @@ def export_module(model: torch.nn.Module, example_inputs: tuple, training: bool)
     model.train(training)
     # No Python stack trace per FX node (node.meta["stack_trace"], which ubitrain never
     # reads; errors name modules from nn_module_stack): 15-20% of an export's time.
-    emitted_traces = fx_config.do_not_emit_stack_traces
+    was_skipping_traces = fx_config.do_not_emit_stack_traces
     fx_config.do_not_emit_stack_traces = True
     try:
         with warnings.catch_warnings(), checked_calls(model):
@@ -52,7 +52,7 @@ def export_module(model: torch.nn.Module, example_inputs: tuple, training: bool)
         ) from None
     finally:
         model.train(was_training)
-        fx_config.do_not_emit_stack_traces = emitted_traces
+        fx_config.do_not_emit_stack_traces = was_skipping_traces
     return exported
 
 
