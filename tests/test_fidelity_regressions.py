@@ -99,7 +99,7 @@ def test_unused_layers_keep_their_state(tmp_path):
     verdict = judge(model, batches((2, 3, 4, 4), 3), ub.SGD(lr=0.1, momentum=0.9,
                                                            weight_decay=0.1), tmp_path)
     assert_match(verdict)
-    state = verdict.trajectory[-2][1]
+    state = verdict.trajectory[-1][1]
     for name, value in model.state_dict().items():
         if name.startswith("unused"):
             assert (state[name] == value.numpy()).all(), name
@@ -125,7 +125,7 @@ def test_parameters_that_do_not_require_grad_stay_frozen(tmp_path):
     model[0].requires_grad_(False)
     verdict = judge(model, batches((4, 6), 3), ub.SGD(lr=0.1, weight_decay=0.1), tmp_path)
     assert_match(verdict)
-    state = verdict.trajectory[-2][1]
+    state = verdict.trajectory[-1][1]
     assert (state["0.weight"] == model[0].weight.detach().numpy()).all()
     assert (state["0.bias"] == model[0].bias.detach().numpy()).all()
 
@@ -421,3 +421,61 @@ def test_adaptive_max_pool_to_a_taller_output(height, tmp_path):
     torch.manual_seed(0)
     assert_match(judge(PoolToTallerOutput(height), batches((1, 1, 1, 6), 2, seed=60367),
                        ub.SGD(lr=0.1, momentum=0.9), tmp_path))
+
+
+class DroppedFeatures(nn.Module):
+    """Fuzz seed 73559: in-place Dropout zeroes some of the head's inputs, so under Adam some of
+    head.weight's gradients, and second moments, are exactly 0. The referee's noisy float32 runs
+    nudged those zeros below zero, took NaN square roots and were set aside whole, so the spread
+    of head.weight came from the one plain run: the C's 3.9e-5 was judged against 1.0e-5,
+    where the noisy runs, at the element it was, spread as far (they now leave zeros as they
+    are)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear2 = nn.Linear(7, 5)
+        self.dropout_inplace4 = nn.Sequential(nn.Linear(2, 11), nn.Dropout(0.5, inplace=True))
+        self.head = nn.Linear(136, 4)
+
+    def forward(self, x):
+        t2 = self.linear2(F.hardsigmoid(x))
+        t4 = self.dropout_inplace4(F.avg_pool2d(t2, 1, stride=3))
+        return self.head(torch.cat([t4.flatten(1), F.silu(t2).flatten(1)], 1))
+
+
+def test_zero_gradients_under_adam_keep_the_noisy_runs(tmp_path):
+    import math
+
+    torch.manual_seed(73559)  # the fuzzer's model and data for that seed
+    model = DroppedFeatures()
+    vary_norm_parameters(model, 73559)
+    gen = torch.Generator().manual_seed(73559000)
+    scale = float(torch.empty(()).uniform_(0.5, 2.0, generator=gen))
+    data = []
+    for _ in range(2):
+        x = torch.randn((3, 2, 7, 7), generator=gen) * scale
+        data.append((x, torch.randint(0, 4, (3,), generator=gen)))
+    verdict = judge(model, data, ub.Adam(lr=0.01), tmp_path, seed=73559)
+    assert_match(verdict)
+    head = [c for c in verdict.checks if c.name == "head.weight"]
+    assert head and all(math.isfinite(c.spread) and c.spread > 0 for c in head)
+
+
+def test_runs_whose_prediction_pytorch_cannot_compute_are_compared_step_by_step():
+    """Fuzz seeds 71872 and 72252: PyTorch's own prediction overflowed after the steps, so the
+    verdicts ("diverges") held no prediction; comparing the two runs bit for bit took a step
+    for it and failed inside numpy."""
+    import numpy as np
+
+    from ubitrain.fidelity.fuzz import first_difference
+    from ubitrain.fidelity.referee import Verdict
+
+    def verdict(w, prediction=None):
+        state = {"w": np.array([w], np.float32)}
+        return Verdict("diverges", trajectory=[(np.float32(1.0), state, {})],
+                       prediction=prediction)
+
+    assert first_difference(verdict(0.5), verdict(0.5)) is None
+    assert first_difference(verdict(0.5), verdict(0.25)) == "w after step 1"
+    out = np.zeros((2, 3), np.float32)
+    assert first_difference(verdict(0.5, out), verdict(0.5, out + 1)) == "predict's output"

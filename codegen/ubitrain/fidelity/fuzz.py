@@ -120,11 +120,10 @@ def _run(case: Case, tmp: Path) -> Outcome:
                                case.graph.loss, case.seed, trainable=trainable,
                                disable_passes=disabled)
                 for variant, disabled in (("A", ()), ("B", case.disabled))}
-    trajectories = {variant: v.trajectory for variant, v in verdicts.items()}
     bad = [f"{v} ({'passes on' if v == 'A' else 'off: ' + ', '.join(case.disabled)}): "
            f"{verdicts[v].summary()}" for v in verdicts if verdicts[v].status == "mismatch"]
     if set(case.disabled) <= set(BIT_EXACT):
-        differ = first_difference(trajectories["A"], trajectories["B"])
+        differ = first_difference(verdicts["A"], verdicts["B"])
         if differ:
             bad.append(f"passes off ({', '.join(case.disabled)}) change the step: {differ}")
     if bad:
@@ -137,15 +136,15 @@ def _run(case: Case, tmp: Path) -> Outcome:
     return Outcome(case.seed, "match", draw=draw, verdicts=verdicts)
 
 
-def first_difference(a: list, b: list) -> str | None:
-    """Where two runs' trajectories (referee.Verdict.trajectory) first differ in a bit."""
-    for step, (x, y) in enumerate(zip(a, b), 1):
-        if step == len(a):  # the last entry is predict's output
-            return None if np.array_equal(x, y) else "predict's output"
+def first_difference(a: Verdict, b: Verdict) -> str | None:
+    """Where two runs (their steps, then predict's output) first differ in a bit."""
+    for step, (x, y) in enumerate(zip(a.trajectory, b.trajectory), 1):
         if np.float32(x[0]).tobytes() != np.float32(y[0]).tobytes():
             return f"the loss of step {step}"
         for part in (1, 2):
             for name in x[part]:
                 if x[part][name].tobytes() != y[part][name].tobytes():
                     return f"{name} after step {step}"
-    return None
+    if a.prediction is None or b.prediction is None:  # PyTorch's own is not finite
+        return None
+    return None if np.array_equal(a.prediction, b.prediction) else "predict's output"

@@ -135,7 +135,7 @@ for disabled in {tuple(dict.fromkeys(((), tuple(case.disabled))))!r}:
     verdict = judge(model, batches, optimizer, f"build/repro_{case.seed}_{{len(disabled)}}",
                     loss={g.loss!r}, seed={case.seed}, disable_passes=disabled)
     print(f"passes off: {{', '.join(disabled) or 'none'}}:", verdict.summary())
-    runs.append(verdict.trajectory)
+    runs.append(verdict)
 if len(runs) == 2:
     print("first bit that differs between the two:", first_difference(*runs))
 '''

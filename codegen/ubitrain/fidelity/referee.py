@@ -73,8 +73,10 @@ class Verdict:
     near_kinks: dict[int, list[str]] = field(default_factory=dict)  # step -> ops
     replayed: dict[int, int] = field(default_factory=dict)  # step -> elements on the C's side
     unreplayed: dict[int, list[str]] = field(default_factory=dict)  # step -> ops (sides.py)
-    # what the C computed: per step (loss, state, optimizer state), then predict's output
+    # what the C computed: per step (loss, state, optimizer state); predict's output after
+    # the last step (None when PyTorch's own prediction is not finite: not asked of the C)
     trajectory: list = field(default_factory=list, repr=False)
+    prediction: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def failures(self) -> list[Check]:
@@ -209,7 +211,6 @@ def referee(trainer, reference: Reference, batches, seed: int = 0,
     if found:
         kinks[0] = found
     output = trainer.predict(*xs)
-    trajectory.append(output)
     check = compare("predict", 0, output, exact.output, [r.output for r in rounded])
     if not check.ok:
         rounded += [reference.evaluate(state, xs, torch.float32, v)
@@ -224,8 +225,8 @@ def referee(trainer, reference: Reference, batches, seed: int = 0,
         status = "near kink"
     else:
         status = "mismatch"
-    return Verdict(status, checks, kinks, trajectory=trajectory, replayed=replayed,
-                   unreplayed=unreplayed)
+    return Verdict(status, checks, kinks, trajectory=trajectory, prediction=output,
+                   replayed=replayed, unreplayed=unreplayed)
 
 
 def kinks_along(reference: Reference, batches, seed: int = 0) -> dict[int, list[str]]:
