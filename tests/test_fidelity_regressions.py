@@ -479,3 +479,32 @@ def test_runs_whose_prediction_pytorch_cannot_compute_are_compared_step_by_step(
     assert first_difference(verdict(0.5), verdict(0.25)) == "w after step 1"
     out = np.zeros((2, 3), np.float32)
     assert first_difference(verdict(0.5, out), verdict(0.5, out + 1)) == "predict's output"
+
+
+class ConstantsAcrossOps(nn.Module):
+    """Fuzz seeds 72003 and 72819: fused into one kernel, `1.5 - (y + 1.5)` and
+    `0.5 - hardsigmoid(y)` were simplified by TVM as if floats were reals, to `0 - y` and
+    `0 - clip(y) / 6`: other bits than the same ops unfused, and than PyTorch (where
+    y + 1.5 rounds). Each op's float result is now kept as written (kernels/float_barrier.py).
+    y is small next to 1.5, so that its rounding there shows."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(6, 5)
+        self.head = nn.Linear(10, 3)
+
+    def forward(self, x):
+        y = self.linear(x) * 1e-3
+        return self.head(torch.cat([F.elu(1.5 - (y + 1.5)), 0.5 - F.hardsigmoid(y)], 1))
+
+
+def test_fused_float_arithmetic_is_the_unfused_arithmetic(tmp_path):
+    from ubitrain.fidelity.fuzz import first_difference
+
+    torch.manual_seed(0)
+    model, data = ConstantsAcrossOps(), batches((4, 6), 2)
+    fused = judge(model, data, ub.SGD(lr=0.1, momentum=0.9), tmp_path / "fused")
+    unfused = judge(model, data, ub.SGD(lr=0.1, momentum=0.9), tmp_path / "unfused",
+                    disable_passes=("fuse_kernels",))
+    assert_match(fused)
+    assert first_difference(fused, unfused) is None

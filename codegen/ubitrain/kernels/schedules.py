@@ -14,6 +14,7 @@ schedule by name in `SCHEDULES`; "inline_only" is the unscheduled reference.
 from tvm import s_tir, tirx
 
 from .elementwise_schedule import fuse_elementwise
+from .float_barrier import wrap_stored_value
 from .reduction_schedule import tile_reductions
 
 INLINE_PREFIXES = ("pad", "T_pad", "data_dilate", "T_reshape", "T_broadcast", "T_full",
@@ -35,7 +36,10 @@ def _inline(sch: s_tir.Schedule) -> s_tir.Schedule:
     while changed:  # inlining one block can make another inlinable
         changed = False
         for block in sch.get_child_blocks(sch.get_sblock("root")) if _has_root(sch) else []:
-            if _cheap(sch, block) or _elementwise_intermediate(sch, block):
+            cheap = _cheap(sch, block)
+            if cheap or _elementwise_intermediate(sch, block):
+                if not cheap:  # arithmetic: the simplifier must not merge it with the next op
+                    wrap_stored_value(sch, block)
                 try:
                     sch.compute_inline(block)
                     changed = True
