@@ -118,6 +118,28 @@ def test_dropout_between_layers_only_in_training_is_refused(tmp_path):
         ub.compile(model, (x,), y, optimizer=ub.SGD(lr=0.1), out_dir=tmp_path)
 
 
+class FunctionalGRU(nn.Module):
+    """torch.gru called without nn.GRU: only the op's own arguments say it has dropout."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(FEATURES, HIDDEN, num_layers=2)
+        self.head = nn.Linear(HIDDEN, CLASSES)
+
+    def forward(self, x):
+        h0 = torch.zeros(2, x.shape[1], HIDDEN)
+        seq, _ = torch.gru(x, h0, self.gru._flat_weights, True, 2, 0.25, self.training,
+                           False, False)
+        return self.head(seq[-1])
+
+
+def test_dropout_between_layers_of_a_functional_call_is_refused(tmp_path):
+    x, y = torch.randn(3, 2, FEATURES), torch.randint(0, CLASSES, (2,))
+    with pytest.raises(UnsupportedOpError, match=r"a call of aten.gru.input: GRU\(dropout=0.25\) "
+                                                 r"between its 2 layers"):
+        ub.compile(FunctionalGRU(), (x,), y, optimizer=ub.SGD(lr=0.1), out_dir=tmp_path)
+
+
 @pytest.mark.filterwarnings("ignore:dropout option adds dropout after all but last")
 def test_dropout_of_one_layer_is_no_dropout(tmp_path):
     """With one layer PyTorch applies no dropout at all (there is no layer after it)."""

@@ -6,6 +6,9 @@ scaled_dot_product_attention (need_weights=False), which all train as in PyTorch
 key_padding_mask would become a runtime mask, and its dropout with need_weights=False a
 dropout inside scaled_dot_product_attention; neither has a lowering, and the ATen ops they
 leave behind (masked_fill of an input, SDPA's dropout_p) would not say which argument did it.
+
+A recurrent module's dropout between layers is refused here too, by the module's name
+(frontend/recurrent.py says why).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import inspect
 from torch import nn
 
 from ..errors import UnsupportedOpError
+from .recurrent import refuse_lost_dropout
 
 _MHA_WORKS = ("nn.MultiheadAttention works with query, key and value tensors, "
               "need_weights True or False, a constant attn_mask (a plain tensor attribute, "
@@ -49,6 +53,11 @@ def checked_calls(model: nn.Module):
             def hook(mod, args, kwargs, name=name):
                 _check_attention(name, mod, args, kwargs)
             handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+        elif isinstance(module, nn.RNNBase):
+            def hook(mod, args, name=name):
+                refuse_lost_dropout(name or "<top>", type(mod).__name__, mod.num_layers,
+                                    mod.dropout, mod.training)
+            handles.append(module.register_forward_pre_hook(hook))
     try:
         yield
     finally:

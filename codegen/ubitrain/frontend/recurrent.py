@@ -8,7 +8,9 @@ input sequence per layer, then per time step a `linear` of the hidden state, the
 chunks (`split`), sigmoid, tanh, mul and add. ubitrain converts those like any other ops,
 so the backward pass is backprop through time by the ordinary gradient rules.
 
-What the decompositions leave out is refused before they run (`check_recurrent`):
+What the decompositions leave out is refused (`refuse_lost_dropout`), where the module is
+called (frontend/module_calls.py) and again, for a functional call, by the decomposition
+itself:
 
 - dropout between layers in training mode: `_rnn_helper` computes the dropout probability
   of a layer as `dropout if (train and num_layers < i - 1) else 0.0`, never true, so the
@@ -31,24 +33,28 @@ from ..errors import UnsupportedOpError
 aten = torch.ops.aten
 RECURRENT_OPS = {aten.gru.input: "GRU", aten.lstm.input: "LSTM",
                  aten.rnn_tanh.input: "RNN", aten.rnn_relu.input: "RNN"}
-RECURRENT_DECOMPOSITIONS = {op: decomposition_table[op] for op in RECURRENT_OPS}
 
 
-def check_recurrent(graph, where) -> None:
-    """Refuse, before decomposing, what the decompositions would compute otherwise than
-    PyTorch: `where(node)` names the module of a node."""
-    for node in graph.nodes:
-        if node.op != "call_function" or node.target not in RECURRENT_OPS:
-            continue
+def refuse_lost_dropout(where: str, name: str, num_layers: int, dropout: float,
+                        train: bool) -> None:
+    """Refuse what the decompositions would compute otherwise than PyTorch."""
+    if train and dropout > 0 and num_layers > 1:
+        raise UnsupportedOpError(
+            f"{where}: {name}(dropout={dropout}) between its {num_layers} layers "
+            "in training mode is not supported (PyTorch draws those masks inside its "
+            f"kernel, where no one can replay them); use dropout=0, or stack one-layer "
+            f"{name}s with nn.Dropout between them, which ubitrain supports")
+
+
+def _guarded(op, decompose):
+    def guarded_decomposition(*args, **kwargs):
         # (input, hx, params, has_biases, num_layers, dropout, train, bidirectional, ...)
-        num_layers, dropout, train = node.args[4], node.args[5], node.args[6]
-        if train and dropout > 0 and num_layers > 1:
-            name = RECURRENT_OPS[node.target]
-            raise UnsupportedOpError(
-                f"{where(node)}: {name}(dropout={dropout}) between its {num_layers} layers "
-                "in training mode is not supported (PyTorch draws those masks inside its "
-                f"kernel, where no one can replay them); use dropout=0, or stack one-layer "
-                f"{name}s with nn.Dropout between them, which ubitrain supports")
+        refuse_lost_dropout(f"a call of {op}", RECURRENT_OPS[op], *args[4:7])
+        return decompose(*args, **kwargs)
+    return guarded_decomposition
+
+
+RECURRENT_DECOMPOSITIONS = {op: _guarded(op, decomposition_table[op]) for op in RECURRENT_OPS}
 
 
 def ignore_recurrent_noise():

@@ -1,9 +1,17 @@
 """torch.nn.Module → TVM Relax, through torch.export.
 
 TVM's own importer freezes BatchNorm's running statistics and drops Dropout, which is wrong
-for training, so ubitrain walks the exported FX graph itself. The export is functionalised
-(`run_decompositions`): every op is out of place, and the graph signature says which
-outputs are the new values of mutated buffers (BatchNorm's running stats).
+for training, so ubitrain walks the exported FX graph itself. The export is functionalised:
+every op is out of place, and the graph signature says which outputs are the new values of
+mutated buffers (BatchNorm's running stats).
+
+The graph is the one `torch.export.export(...).run_decompositions(RECURRENT_DECOMPOSITIONS)`
+gives: composite ops (conv2d, linear, layer_norm, ...) kept whole, recurrent ones unrolled.
+That public route traces the model twice (the training IR, then its decomposition); one
+trace below autograd (`torch.export._trace._export(pre_dispatch=False)`), with the same
+composite ops kept, gives the same graph in half the time. Both are PyTorch's own; the
+private one is pinned by `torch==2.13.0`, and tests/test_export_route.py checks that the
+two routes still give one graph.
 
 The result is a `ForwardGraph` (frontend/forward.py).
 """
@@ -11,9 +19,13 @@ The result is a `ForwardGraph` (frontend/forward.py).
 from __future__ import annotations
 
 import difflib
+import functools
 import warnings
 
 import torch
+from torch.export import _trace
+from torch.export.exported_program import (_override_composite_implicit_decomp,
+                                           _split_decomp_table_to_cia_and_python_decomp)
 from torch.fx import config as fx_config
 from tvm import relax
 
@@ -22,11 +34,21 @@ from .aten import ATEN_CONVERTERS, ConvertContext, supported_op_names
 from .constants import fold_constants
 from .forward import StateTensor, TensorSpec, c_name, emit_forward
 from .module_calls import checked_calls
-from .recurrent import RECURRENT_DECOMPOSITIONS, check_recurrent, ignore_recurrent_noise
+from .recurrent import RECURRENT_DECOMPOSITIONS, ignore_recurrent_noise
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
+
+
+@functools.cache
+def _composite_ops() -> dict:
+    """{composite op: what it becomes}: each kept whole but the recurrent ones, unrolled,
+    as `run_decompositions(RECURRENT_DECOMPOSITIONS)` would."""
+    composite, python_only = _split_decomp_table_to_cia_and_python_decomp(
+        dict(RECURRENT_DECOMPOSITIONS))
+    assert not python_only, f"not composite ops: {list(python_only)}"
+    return composite
 
 
 def export_module(model: torch.nn.Module, example_inputs: tuple, training: bool):
@@ -37,12 +59,12 @@ def export_module(model: torch.nn.Module, example_inputs: tuple, training: bool)
     was_skipping_traces = fx_config.do_not_emit_stack_traces
     fx_config.do_not_emit_stack_traces = True
     try:
-        with warnings.catch_warnings(), checked_calls(model):
+        with (warnings.catch_warnings(), checked_calls(model),
+              _override_composite_implicit_decomp(_composite_ops())):
             warnings.simplefilter("ignore", FutureWarning)  # torch.export's, not the user's
             ignore_recurrent_noise()
-            exported = torch.export.export(model, tuple(example_inputs), strict=False)
-            check_recurrent(exported.graph, _module_path)
-            exported = exported.run_decompositions(RECURRENT_DECOMPOSITIONS)
+            exported = _trace._export(model, tuple(example_inputs), strict=False,
+                                      pre_dispatch=False)
     except CompileError:  # a module call (frontend/module_calls.py) or an RNN refused
         raise
     except Exception as err:  # torch's own message says which construct it could not trace
