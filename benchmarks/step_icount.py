@@ -3,9 +3,9 @@
     python benchmarks/step_icount.py [--model mobilenetv2_small] [--batch 32] [--steps 3]
                                      [--top 25] [--out results/step_icount.json]
 
-A zoo model's host package is compiled, and its model.c is built with a small main() that
-runs `--steps` training steps on one batch, with the flags of the generated project's host
-build (FLAGS below). valgrind's callgrind counts the instructions each kernel retires
+A zoo model's host package is compiled and built by its own CMake project (the flags of
+every host build), and a small main() linked with it runs `--steps` training steps on one
+batch. valgrind's callgrind counts the instructions each kernel retires
 (inclusive of the micro-kernel cores it calls) per step.
 Unlike a time, the count is the same on a busy machine and a quiet one, so two commits
 compare to the instruction; on this x86-64 host the step's time follows it (a kernel's time
@@ -26,6 +26,7 @@ import torch
 from _results import write_json
 
 import ubitrain as ub
+from ubitrain.runtime.build import cmake_build
 from ubitrain.zoo import ZOO
 
 MAIN_C = """#include <stdlib.h>
@@ -45,8 +46,6 @@ int main(int argc, char **argv) {{
     return 0;
 }}
 """
-FLAGS = ["-O3", "-march=native", "-mtune=generic", "-ffp-contract=off", "-fno-math-errno",
-         "-fno-tree-loop-if-convert"]
 # an inclusive count of a function: "  1,234,567 (12.34%)  file:function [binary]"
 LINE = re.compile(r"\s*([\d,]+) \([^)]*\)\s+\S*?:(ub_\w+?)"
                   r"(?:\.(?:constprop|isra|part)\.\d+)*(?: \[|$)")
@@ -62,12 +61,11 @@ def count(name: str, batch: int, steps: int, work: Path) -> dict:
                      out_dir=work / "m")
     m = pkg.model_name
     (work / "main.c").write_text(MAIN_C.format(m=m, M=m.upper(), classes=entry.classes))
-    runtime = sorted(str(p) for p in (pkg.out_dir / "runtime_c").glob("*.c"))
-    kernel_files = sorted(str(p) for p in pkg.out_dir.glob("model_kernels_*.c"))  # large models
+    library = cmake_build(pkg.out_dir, work / "build", shared=False) / f"libub_{m}.a"
     binary = work / "step"
-    subprocess.run(["cc", *FLAGS, f"-I{pkg.out_dir}", f"-I{pkg.out_dir / 'runtime_c'}",
-                    str(work / "main.c"), str(pkg.out_dir / "model.c"), *kernel_files, *runtime,
-                    "-lm", "-o", str(binary)], check=True, capture_output=True)
+    subprocess.run(["cc", "-O2", f"-I{pkg.out_dir}", f"-I{pkg.out_dir / 'runtime_c'}",
+                    str(work / "main.c"), str(library), "-lm", "-o", str(binary)],
+                   check=True, capture_output=True)
     out = work / "callgrind.out"
     subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", str(binary),
                     str(steps)], check=True, capture_output=True)
