@@ -1,12 +1,13 @@
 """GRU and LSTM (and the Elman RNN): unrolled over time by PyTorch's own decompositions.
 
-torch.export keeps `nn.GRU` and `nn.LSTM` as one op each (`aten.gru.input`,
-`aten.lstm.input`, `aten.rnn_tanh.input`, `aten.rnn_relu.input`). PyTorch registers a
-decomposition for each (torch._decomp.decompositions: `gru_impl`, `lstm_impl`, ...) that
-unrolls the layers over the (fixed) sequence into the cell's ops: one `linear` of the whole
-input sequence per layer, then per time step a `linear` of the hidden state, the gate
-chunks (`split`), sigmoid, tanh, mul and add. ubitrain converts those like any other ops,
-so the backward pass is backprop through time by the ordinary gradient rules.
+`nn.GRU` and `nn.LSTM` call one op each (`aten.gru.input`, `aten.lstm.input`,
+`aten.rnn_tanh.input`, `aten.rnn_relu.input`). PyTorch registers a decomposition for each
+(torch._decomp.decompositions: `gru_impl`, `lstm_impl`, ...), which ubitrain's export runs
+(frontend/torch_export.py): it unrolls the layers over the (fixed) sequence into the
+cell's ops: one `linear` of the whole input sequence per layer, then per time step a
+`linear` of the hidden state, the gate chunks (`split`), sigmoid, tanh, mul and add.
+ubitrain converts those like any other ops, so the backward pass is backprop through time by
+the ordinary gradient rules.
 
 What the decompositions leave out is refused (`refuse_lost_dropout`), where the module is
 called (frontend/module_calls.py) and again, for a functional call, by the decomposition
