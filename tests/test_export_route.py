@@ -60,7 +60,22 @@ class Recurrent(nn.Module):
         return self.fc(self.gru(x)[0][:, -1])
 
 
+class CausalAttention(Attention):
+    """A boolean attn_mask: the one trace fails on the in-place masked_fill of the mask that
+    nn.MultiheadAttention makes of it, and the two-trace route exports it."""
+
+    def __init__(self):
+        super().__init__()
+        self.mask = torch.ones(5, 5, dtype=torch.bool).triu(1)
+
+    def forward(self, x):
+        y = self.norm(x)
+        y = x + self.attn(y, y, y, attn_mask=self.mask, need_weights=False)[0]
+        return self.fc(y.mean(1))
+
+
 MODELS = {"conv": (ConvNet, (2, 3, 8, 8)), "attention": (Attention, (2, 5, 8)),
+          "causal attention": (CausalAttention, (2, 5, 8)),
           "recurrent": (Recurrent, (2, 7, 4))}
 
 

@@ -9,9 +9,10 @@ The graph is the one `torch.export.export(...).run_decompositions(RECURRENT_DECO
 gives: composite ops (conv2d, linear, layer_norm, ...) kept whole, recurrent ones unrolled.
 That public route traces the model twice (the training IR, then its decomposition); one
 trace below autograd (`torch.export._trace._export(pre_dispatch=False)`), with the same
-composite ops kept, gives the same graph in half the time. Both are PyTorch's own; the
-private one is pinned by `torch==2.13.0`, and tests/test_export_route.py checks that the
-two routes still give one graph.
+composite ops kept, gives the same graph in half the time; where it fails (an in-place op
+on a constant), the two traces run. Both are PyTorch's own; the private one is pinned by
+`torch==2.13.0`, and tests/test_export_route.py checks that the two routes still give one
+graph.
 
 The result is a `ForwardGraph` (frontend/forward.py).
 """
@@ -51,6 +52,19 @@ def _composite_ops() -> dict:
     return composite
 
 
+def _one_trace(model, example_inputs):
+    """The exported program in one trace, or None where that trace fails and the two-trace
+    route must do (an in-place op on a constant, such as the mask nn.MultiheadAttention makes
+    of a boolean attn_mask: aot_autograd finds it unfunctionalised)."""
+    try:
+        with _override_composite_implicit_decomp(_composite_ops()):
+            return _trace._export(model, example_inputs, strict=False, pre_dispatch=False)
+    except CompileError:  # a module call or an RNN refused: the other route would too
+        raise
+    except Exception:  # noqa: BLE001 - the two-trace route traces it, or says why not
+        return None
+
+
 def export_module(model: torch.nn.Module, example_inputs: tuple, training: bool):
     was_training = model.training
     model.train(training)
@@ -59,12 +73,13 @@ def export_module(model: torch.nn.Module, example_inputs: tuple, training: bool)
     was_skipping_traces = fx_config.do_not_emit_stack_traces
     fx_config.do_not_emit_stack_traces = True
     try:
-        with (warnings.catch_warnings(), checked_calls(model),
-              _override_composite_implicit_decomp(_composite_ops())):
+        with warnings.catch_warnings(), checked_calls(model):
             warnings.simplefilter("ignore", FutureWarning)  # torch.export's, not the user's
             ignore_recurrent_noise()
-            exported = _trace._export(model, tuple(example_inputs), strict=False,
-                                      pre_dispatch=False)
+            exported = _one_trace(model, tuple(example_inputs))
+            if exported is None:
+                exported = torch.export.export(model, tuple(example_inputs), strict=False)
+                exported = exported.run_decompositions(RECURRENT_DECOMPOSITIONS)
     except CompileError:  # a module call (frontend/module_calls.py) or an RNN refused
         raise
     except Exception as err:  # torch's own message says which construct it could not trace
