@@ -7,19 +7,22 @@ the block into one makes it a single long unit-stride loop that gcc vectorises.
 
 Fusing is kept only where the flattened indices simplify back to the fused counter: an
 operand read through a broadcast or a reshape would get a division and a remainder per
-element instead, so a block whose lowered form gains any `//` or `%` keeps its loop nest.
+element instead, so a nest whose indices gain any `//` or `%` stays as it is. The indices are
+judged as lowering will print them (flattened, then simplified with the loop ranges known),
+on the nest alone: lowering the whole kernel for every trial cost seconds on a large model.
 """
 
 from __future__ import annotations
 
-import re
-
-from tvm import s_tir, tirx
-
-from ..lowering.tir_lower import lower_prim_func
+import tvm
+from tvm import ir, prim, s_tir, tirx
 
 SHORT_INNER = 64  # nests whose innermost loop is at least this long are vectorised as they are
-_DIV_MOD = re.compile(r"//|%|floordiv|floormod")
+_DIV_MOD = (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod)
+
+
+class _Unmodelled(Exception):
+    """The nest holds a statement or expression the count does not read."""
 
 
 def fuse_elementwise(sch: s_tir.Schedule) -> s_tir.Schedule:
@@ -29,20 +32,19 @@ def fuse_elementwise(sch: s_tir.Schedule) -> s_tir.Schedule:
         blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
     except Exception:  # noqa: BLE001 - no root block: nothing to fuse
         return sch
-    base = None  # divisions and remainders of the kernel as it stands, counted when needed
     for index in range(len(blocks)):
         if not _short_elementwise(sch, list(sch.get_child_blocks(sch.get_sblock("root")))[index]):
             continue  # judged on `sch`: a trial copy costs more than the check
         trial = s_tir.Schedule(sch.mod)
         block = list(trial.get_child_blocks(trial.get_sblock("root")))[index]
+        before = _nest_div_mods(trial, block)
         try:
             trial.fuse(*trial.get_loops(block))
-        except Exception:  # noqa: BLE001 - loops shared with another block
+        except Exception:  # noqa: BLE001 - the nest is not perfect
             continue
-        base = _div_mods(sch.mod["main"]) if base is None else base
-        fused = _div_mods(trial.mod["main"])
-        if fused <= base:
-            sch, base = trial, fused
+        after = _nest_div_mods(trial, block)
+        if before is not None and after is not None and after <= before:
+            sch = trial
     return sch
 
 
@@ -54,5 +56,67 @@ def _short_elementwise(sch: s_tir.Schedule, block) -> bool:
     return len(loops) >= 2 and int(sch.get(loops[-1]).extent) < SHORT_INNER
 
 
-def _div_mods(func: tirx.PrimFunc) -> int:
-    return len(_DIV_MOD.findall(str(lower_prim_func(func))))
+def _nest_div_mods(sch: s_tir.Schedule, block) -> int | None:
+    """Divisions and remainders in the loop nest around `block` (every block the nest holds),
+    or None where the nest holds something the count does not model."""
+    try:
+        return _stmt(tvm.sym.Analyzer(), sch.get(sch.get_loops(block)[0]))
+    except _Unmodelled:
+        return None
+
+
+def _stmt(analyzer, s) -> int:
+    if isinstance(s, tirx.For):
+        analyzer.bind(s.loop_var, ir.Range.from_min_extent(s.min, s.extent))
+        return _stmt(analyzer, s.body)
+    if isinstance(s, tirx.SeqStmt):
+        return sum(_stmt(analyzer, x) for x in s)
+    if isinstance(s, s_tir.SBlockRealize) and s.block.init is None:
+        for iv, value in zip(s.block.iter_vars, s.iter_values):
+            analyzer.bind(iv.var, value)  # the simplifier substitutes the binding
+        return _expr(analyzer, s.predicate) + _stmt(analyzer, s.block.body)
+    if isinstance(s, tirx.BufferStore):
+        return _flat_index(analyzer, s.buffer, s.indices) + _expr(analyzer, s.value)
+    raise _Unmodelled(type(s).__name__)
+
+
+def _expr(analyzer, e) -> int:
+    if isinstance(e, ir.TensorLoad):
+        return _flat_index(analyzer, e.source, e.indices)
+    if isinstance(e, (prim.IntImm, prim.FloatImm, ir.StringImm)):
+        return 0
+    if not str(e.ty).startswith("float") and not _loads(e):
+        # index arithmetic in the value (a concatenation's `ax1 == 1`), simplified whole as
+        # lowering does: with the loops fused that is `80 <= f`, no division
+        return _div_mods(analyzer.simplify(e))
+    return sum(_expr(analyzer, c) for c in _operands(e))
+
+
+def _flat_index(analyzer, buffer, indices) -> int:
+    return sum(_div_mods(analyzer.simplify(i)) for i in buffer.offset_of(list(indices)))
+
+
+def _div_mods(e) -> int:
+    return isinstance(e, _DIV_MOD) + sum(_div_mods(c) for c in _operands(e))
+
+
+def _loads(e) -> bool:
+    return isinstance(e, ir.TensorLoad) or any(_loads(c) for c in _operands(e))
+
+
+def _operands(e) -> list:
+    if isinstance(e, (prim.IntImm, prim.FloatImm, ir.StringImm, ir.Var)):
+        return []
+    if isinstance(e, ir.TensorLoad):
+        return list(e.indices)
+    if isinstance(e, ir.Call):
+        return list(e.args)
+    if isinstance(e, prim.Select):
+        return [e.condition, e.true_value, e.false_value]
+    if isinstance(e, prim.Cast):
+        return [e.value]
+    if isinstance(e, prim.Not):
+        return [e.a]
+    if hasattr(e, "a") and hasattr(e, "b"):  # arithmetic, comparison, logic
+        return [e.a, e.b]
+    raise _Unmodelled(type(e).__name__)

@@ -24,18 +24,5 @@ LOWERING_PASSES = [
 ]
 
 
-# The last few (func, lowered) pairs: a kernel's schedule lowers its candidates to count their
-# divisions (kernels/elementwise_schedule.py), and the library then lowers the one it kept.
-# A PrimFunc is immutable, so the same object always lowers to the same result.
-_RECENT: list[tuple[tirx.PrimFunc, tirx.PrimFunc]] = []
-
-
 def lower_prim_func(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    for known, lowered in _RECENT:
-        if known.same_as(func):
-            return lowered
-    mod = tvm.IRModule({"main": func})
-    lowered = tvm.transform.Sequential(LOWERING_PASSES)(mod)["main"]
-    _RECENT.insert(0, (func, lowered))
-    del _RECENT[4:]
-    return lowered
+    return tvm.transform.Sequential(LOWERING_PASSES)(tvm.IRModule({"main": func}))["main"]
