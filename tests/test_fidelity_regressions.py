@@ -9,6 +9,7 @@ from op_harness import assert_match, batches
 from torch import nn
 
 import ubitrain as ub
+from ubitrain.fidelity.fuzz import seeded_batches
 from ubitrain.fidelity.graphs import vary_norm_parameters
 from ubitrain.fidelity.referee import judge
 
@@ -232,15 +233,10 @@ class CancelledBias(nn.Module):
 
 
 def test_a_gradient_that_is_rounding_noise_under_adam(tmp_path):
-    from ubitrain.fidelity.graphs import vary_norm_parameters
-
     torch.manual_seed(20072)  # the fuzzer's model and data for that seed
     model = CancelledBias()
     vary_norm_parameters(model, 20072)
-    gen = torch.Generator().manual_seed(20072000)
-    scale = float(torch.empty(()).uniform_(0.5, 2.0, generator=gen))
-    x = torch.randn((4, 21), generator=gen) * scale
-    data = [(x, torch.randint(0, 6, (4,), generator=gen))]
+    data = seeded_batches(20072, 0, (4, 21), 1, "cross_entropy", 6)
     verdict = judge(model, data, ub.Adam(lr=0.01), tmp_path)
     assert_match(verdict)
     bias = [c for c in verdict.checks if c.name == "linear.bias.exp_avg_sq"]
@@ -264,15 +260,10 @@ class LongDotProduct(nn.Module):
 
 
 def test_a_long_dot_product_without_micro_kernels(tmp_path):
-    from ubitrain.fidelity.graphs import vary_norm_parameters
-
     torch.manual_seed(21134)  # the fuzzer's (reduced) model and data for that seed
     model = LongDotProduct()
     vary_norm_parameters(model, 21134)
-    gen = torch.Generator().manual_seed(21134000)
-    scale = float(torch.empty(()).uniform_(0.5, 2.0, generator=gen))
-    data = [(torch.randn((1, 5, 7, 4), generator=gen) * scale, torch.randn((1, 2), generator=gen))
-            for _ in range(3)]
+    data = seeded_batches(21134, 0, (1, 5, 7, 4), 3, "mse", 2)
     assert_match(judge(model, data, ub.SGD(lr=0.1, momentum=0.9), tmp_path, loss="mse",
                        seed=21134, disable_passes=("microkernels",)))
 
@@ -326,10 +317,7 @@ class ChainedGramProducts(nn.Module):
 def test_a_model_beyond_float32_range_diverges(tmp_path):
     torch.manual_seed(2004)
     model = ChainedGramProducts()
-    gen = torch.Generator().manual_seed(2004000)
-    scale = float(torch.empty(()).uniform_(0.5, 2.0, generator=gen))
-    x = torch.randn((1, 1, 4, 4), generator=gen) * scale
-    verdict = judge(model, [(x, torch.randn((1, 2), generator=gen))],
+    verdict = judge(model, seeded_batches(2004, 0, (1, 1, 4, 4), 1, "mse", 2),
                     ub.SGD(lr=0.1, momentum=0.9), tmp_path, loss="mse")
     assert verdict.status == "diverges", verdict.summary()
 
@@ -367,12 +355,7 @@ def test_a_gradient_of_pure_cancellation_is_judged_on_more_runs(tmp_path):
     torch.manual_seed(71)
     model = ScaleBeforeBatchNorm()
     vary_norm_parameters(model, 71)
-    gen = torch.Generator().manual_seed(71000)
-    scale = float(torch.empty(()).uniform_(0.5, 2.0, generator=gen))
-    data = []
-    for _ in range(2):
-        x = torch.randn((4, 1), generator=gen) * scale
-        data.append((x, torch.randint(0, 5, (4,), generator=gen)))
+    data = seeded_batches(71, 0, (4, 1), 2, "cross_entropy", 5)
     assert_match(judge(model, data, ub.AdamW(lr=0.01, weight_decay=0.01), tmp_path, seed=71))
 
 
@@ -449,12 +432,7 @@ def test_zero_gradients_under_adam_keep_the_noisy_runs(tmp_path):
     torch.manual_seed(73559)  # the fuzzer's model and data for that seed
     model = DroppedFeatures()
     vary_norm_parameters(model, 73559)
-    gen = torch.Generator().manual_seed(73559000)
-    scale = float(torch.empty(()).uniform_(0.5, 2.0, generator=gen))
-    data = []
-    for _ in range(2):
-        x = torch.randn((3, 2, 7, 7), generator=gen) * scale
-        data.append((x, torch.randint(0, 4, (3,), generator=gen)))
+    data = seeded_batches(73559, 0, (3, 2, 7, 7), 2, "cross_entropy", 4)
     verdict = judge(model, data, ub.Adam(lr=0.01), tmp_path, seed=73559)
     assert_match(verdict)
     head = [c for c in verdict.checks if c.name == "head.weight"]

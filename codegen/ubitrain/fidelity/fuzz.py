@@ -48,18 +48,25 @@ class Case:
     trainable: tuple[str, ...] | None = None  # None: every parameter
 
     def batches(self, draw: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        gen = torch.Generator().manual_seed(self.seed * 1000 + draw)
-        shape = self.graph.input_shape
-        scale = float(torch.empty(()).uniform_(0.5, 2.0, generator=gen))
-        out = []
-        for _ in range(self.steps):
-            x = torch.randn(shape, generator=gen) * scale
-            if self.graph.loss == "cross_entropy":
-                y = torch.randint(0, self.graph.outputs, (shape[0],), generator=gen)
-            else:
-                y = torch.randn((shape[0], self.graph.outputs), generator=gen)
-            out.append((x, y))
-        return out
+        g = self.graph
+        return seeded_batches(self.seed, draw, g.input_shape, self.steps, g.loss, g.outputs)
+
+
+def seeded_batches(seed: int, draw: int, shape, steps: int, loss: str,
+                   outputs: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """A case's training data: `steps` batches of inputs at one random scale, with class
+    labels for cross-entropy or targets for MSE; the same for the same seed and draw."""
+    gen = torch.Generator().manual_seed(seed * 1000 + draw)
+    scale = float(torch.empty(()).uniform_(0.5, 2.0, generator=gen))
+    out = []
+    for _ in range(steps):
+        x = torch.randn(shape, generator=gen) * scale
+        if loss == "cross_entropy":
+            y = torch.randint(0, outputs, (shape[0],), generator=gen)
+        else:
+            y = torch.randn((shape[0], outputs), generator=gen)
+        out.append((x, y))
+    return out
 
 
 def draw_case(seed: int) -> Case:

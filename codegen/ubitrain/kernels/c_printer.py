@@ -21,7 +21,7 @@ from tvm import ir, tirx
 from tvm.ir import prim
 
 from ..errors import CompileError
-from .float_barrier import BARRIER
+from .float_barrier import is_barrier
 from .tir_access import UnknownTir, output_reuse, tensor_loads
 
 C_TYPES = {
@@ -287,9 +287,9 @@ class _Printer:
             return f"({self.expr(args[0])} >> {self.expr(args[1])})"
         if op == "shift_left":
             return f"({self.expr(args[0])} << {self.expr(args[1])})"
+        if is_barrier(e):  # kernels/float_barrier.py: the value as written
+            return self.expr(args[1])
         if op in ("call_pure_extern", "call_extern"):
-            if args[0].value == BARRIER:  # kernels/float_barrier.py: the value as written
-                return self.expr(args[1])
             return f"{args[0].value}({', '.join(self.expr(a) for a in args[1:])})"
         raise CompileError(f"kernel {self.name}: the C printer has no rule for intrinsic {full}")
 

@@ -44,7 +44,7 @@ def _inline(sch: s_tir.Schedule) -> s_tir.Schedule:
                     sch.compute_inline(block)
                     changed = True
                     break
-                except Exception:  # an output block, or one read in a reduction init
+                except s_tir.ScheduleError:  # an output block, or one read in a reduction init
                     continue
     return sch
 
