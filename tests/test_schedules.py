@@ -72,12 +72,18 @@ def _max_pool_narrow():  # LeNet-5's second max-pool: output rows of 5, read wit
     return [x, topi.nn.pool2d(x, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), "max")]
 
 
+def _concat(n):  # channels of two tensors: which one a fused index reads is a comparison
+    a, b = (te.placeholder((n, 2, 10, 8), "float32", name) for name in "ab")
+    return [a, b, topi.concatenate((a, b), axis=1)]
+
+
 CASES = {"conv": _conv, "conv_strided": lambda: _conv(stride=2, hw=9), "matmul": _matmul,
          "dot_620": _dot_nt, "matmul_620": lambda: _matmul(m=1, k=620, n=2),
          "max_pool_narrow": _max_pool_narrow,
          "conv_transpose": _conv_transpose, "weight_grad": _weight_grad,
          "depthwise": _depthwise, "relu6": _relu6, "scale_per_channel": _scale_per_channel,
-         "channel_sum_float64": _channel_sum_float64}
+         "channel_sum_float64": _channel_sum_float64, "concat_one_sample": lambda: _concat(1),
+         "concat_two_samples": lambda: _concat(2)}
 
 
 def _run(func, arrays):
@@ -121,6 +127,18 @@ def test_short_elementwise_nest_becomes_one_loop_without_divisions():
     assert relu6.count("for (") == 1
     assert scaled.count("for (") == 4
     assert "floordiv" not in scaled and "floormod" not in scaled and "%" not in scaled
+
+
+def test_concatenation_fuses_where_its_condition_needs_no_division():
+    """The count judges a condition as lowering simplifies it, whole: fused, one sample's
+    `ax1 >= 2` is `160 <= f`; two samples' would need `f % 320`, so their nest stays."""
+    def printed(case):
+        func = te.create_prim_func(CASES[case]())
+        return print_kernel(lower_prim_func(SCHEDULES["default"](func)), "k").source
+
+    one, two = printed("concat_one_sample"), printed("concat_two_samples")
+    assert one.count("for (") == 1 and "160 <= " in one
+    assert two.count("for (") == 4 and "%" not in two
 
 
 def test_float64_channel_sum_runs_each_plane_as_one_loop_of_partial_sums():
