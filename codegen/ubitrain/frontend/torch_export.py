@@ -25,8 +25,10 @@ import warnings
 
 import torch
 from torch.export import _trace
-from torch.export.exported_program import (_override_composite_implicit_decomp,
-                                           _split_decomp_table_to_cia_and_python_decomp)
+from torch.export.exported_program import (
+    _override_composite_implicit_decomp,
+    _split_decomp_table_to_cia_and_python_decomp,
+)
 from torch.fx import config as fx_config
 from tvm import relax
 
