@@ -11,7 +11,8 @@ from torch import nn
 import ubitrain as ub
 from ubitrain.fidelity.fuzz import seeded_batches
 from ubitrain.fidelity.graphs import vary_norm_parameters
-from ubitrain.fidelity.referee import judge
+from ubitrain.fidelity.referee import judge, kinks_along
+from ubitrain.fidelity.reference import Reference
 
 
 class ReluAvgPool(nn.Module):
@@ -486,3 +487,34 @@ def test_fused_float_arithmetic_is_the_unfused_arithmetic(tmp_path):
                     disable_passes=("fuse_kernels",))
     assert_match(fused)
     assert first_difference(fused, unfused) is None
+
+
+class CellStateOfOneStep(nn.Module):
+    """Fuzz seed 82380: over a one-step sequence an LSTM's cell state does not depend on its
+    projection, so `weight_hr_l0` gets no gradient and PyTorch's optimizers keep no state
+    for it; the referee looked that state up and failed before any C was built."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(8, 5, proj_size=1, batch_first=True)
+        self.head = nn.Linear(5, 3)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[1][1].transpose(0, 1).flatten(1))
+
+
+@pytest.mark.parametrize("optimizer", [ub.Adam(lr=1e-2), ub.AdamW(lr=1e-2, weight_decay=0.1),
+                                       ub.SGD(lr=0.1, momentum=0.9, weight_decay=0.1)])
+def test_a_parameter_without_gradient_has_no_optimizer_state(optimizer, tmp_path):
+    torch.manual_seed(0)
+    model = CellStateOfOneStep()
+    data = batches((2, 1, 8), 3)
+    names = [n for n, _ in model.named_parameters()]
+    kinks_along(Reference(model, optimizer, "cross_entropy", names), data)  # the fuzzer's probe
+    verdict = judge(model, data, optimizer, tmp_path)
+    assert_match(verdict)
+    # the projection stays as it was (no weight decay either), and holds no state
+    start = model.state_dict()["lstm.weight_hr_l0"].numpy()
+    for _, state, opt_state in verdict.trajectory:
+        assert (state["lstm.weight_hr_l0"] == start).all()
+        assert not any(k.startswith("lstm.weight_hr_l0.") for k in opt_state)

@@ -270,6 +270,8 @@ class Reference:
         names = tuple(self.optimizer.state_names)
         if step > 1 and names:
             for n, p in zip(self.trainable, trained):
+                if f"{n}.{names[0]}" not in opt_state:  # no gradient at the earlier steps
+                    continue
                 slot = {s: _tensor(opt_state[f"{n}.{s}"]).to(dtype) for s in names}
                 if isinstance(self.optimizer, Adam):
                     slot["step"] = torch.tensor(float(step - 1))
@@ -288,8 +290,10 @@ class Reference:
             if self.trainable:
                 loss.backward()
             opt.step()
+        # a parameter that the loss does not reach has no gradient, so PyTorch's optimizer
+        # keeps no state for it (nor does the C train it)
         new_opt = {f"{n}.{s}": opt.state[p][s].detach().double().numpy().copy()
-                   for n, p in zip(self.trainable, trained) for s in names}
+                   for n, p in zip(self.trainable, trained) if p in opt.state for s in names}
         new_state = {k: v.detach().numpy().copy() for k, v in m.state_dict().items()}
         return StepResult(new_state, new_opt, float(loss.detach()),
                           recorder.decisions if record else None, rng.state)
