@@ -17,12 +17,10 @@ from __future__ import annotations
 import tvm
 from tvm import ir, prim, s_tir, tirx
 
+from .tir_access import UnknownTir, operands
+
 SHORT_INNER = 64  # nests whose innermost loop is at least this long are vectorised as they are
 _DIV_MOD = (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod)
-
-
-class _Unmodelled(Exception):
-    """The nest holds a statement or expression the count does not read."""
 
 
 def fuse_elementwise(sch: s_tir.Schedule) -> s_tir.Schedule:
@@ -61,7 +59,7 @@ def _nest_div_mods(sch: s_tir.Schedule, block) -> int | None:
     or None where the nest holds something the count does not model."""
     try:
         return _stmt(tvm.sym.Analyzer(), sch.get(sch.get_loops(block)[0]))
-    except _Unmodelled:
+    except UnknownTir:
         return None
 
 
@@ -77,7 +75,7 @@ def _stmt(analyzer, s) -> int:
         return _expr(analyzer, s.predicate) + _stmt(analyzer, s.block.body)
     if isinstance(s, tirx.BufferStore):
         return _flat_index(analyzer, s.buffer, s.indices) + _expr(analyzer, s.value)
-    raise _Unmodelled(type(s).__name__)
+    raise UnknownTir(type(s).__name__)
 
 
 def _expr(analyzer, e) -> int:
@@ -89,7 +87,7 @@ def _expr(analyzer, e) -> int:
         # index arithmetic in the value (a concatenation's `ax1 == 1`), simplified whole as
         # lowering does: with the loops fused that is `80 <= f`, no division
         return _div_mods(analyzer.simplify(e))
-    return sum(_expr(analyzer, c) for c in _operands(e))
+    return sum(_expr(analyzer, c) for c in operands(e))
 
 
 def _flat_index(analyzer, buffer, indices) -> int:
@@ -97,26 +95,8 @@ def _flat_index(analyzer, buffer, indices) -> int:
 
 
 def _div_mods(e) -> int:
-    return isinstance(e, _DIV_MOD) + sum(_div_mods(c) for c in _operands(e))
+    return isinstance(e, _DIV_MOD) + sum(_div_mods(c) for c in operands(e))
 
 
 def _loads(e) -> bool:
-    return isinstance(e, ir.TensorLoad) or any(_loads(c) for c in _operands(e))
-
-
-def _operands(e) -> list:
-    if isinstance(e, (prim.IntImm, prim.FloatImm, ir.StringImm, ir.Var)):
-        return []
-    if isinstance(e, ir.TensorLoad):
-        return list(e.indices)
-    if isinstance(e, ir.Call):
-        return list(e.args)
-    if isinstance(e, prim.Select):
-        return [e.condition, e.true_value, e.false_value]
-    if isinstance(e, prim.Cast):
-        return [e.value]
-    if isinstance(e, prim.Not):
-        return [e.a]
-    if hasattr(e, "a") and hasattr(e, "b"):  # arithmetic, comparison, logic
-        return [e.a, e.b]
-    raise _Unmodelled(type(e).__name__)
+    return isinstance(e, ir.TensorLoad) or any(_loads(c) for c in operands(e))

@@ -26,6 +26,26 @@ class UnknownTir(Exception):
 _LEAVES = (prim.IntImm, prim.FloatImm, ir.Var, ir.StringImm)
 
 
+def operands(e) -> list:
+    """The subexpressions of a scalar TIR expression (a load's: its indices); UnknownTir for
+    a node this module does not model (vectors, Let)."""
+    if isinstance(e, _LEAVES):
+        return []
+    if isinstance(e, ir.TensorLoad):
+        return list(e.indices)
+    if isinstance(e, ir.Call):
+        return list(e.args)
+    if isinstance(e, prim.Select):
+        return [e.condition, e.true_value, e.false_value]
+    if isinstance(e, prim.Cast):
+        return [e.value]
+    if isinstance(e, prim.Not):
+        return [e.a]
+    if hasattr(e, "a") and hasattr(e, "b"):  # arithmetic, comparison, logic
+        return [e.a, e.b]
+    raise UnknownTir(type(e).__name__)
+
+
 class Access:
     """Every store and load of a lowered PrimFunc, with the loops around each store.
 
@@ -55,29 +75,10 @@ class Access:
         return self.order
 
     def expr(self, e, within):
-        if isinstance(e, _LEAVES):
-            return
+        for child in operands(e):
+            self.expr(child, within)
         if isinstance(e, ir.TensorLoad):
-            for i in e.indices:
-                self.expr(i, within)
             self.loads.append((self.key(e.source), list(e.indices), within, self.tick()))
-        elif isinstance(e, (prim.Ramp, prim.Broadcast, prim.Shuffle, prim.Let)):
-            raise UnknownTir(type(e).__name__)
-        elif hasattr(e, "a") and hasattr(e, "b"):
-            self.expr(e.a, within)
-            self.expr(e.b, within)
-        elif isinstance(e, prim.Not):
-            self.expr(e.a, within)
-        elif isinstance(e, prim.Cast):
-            self.expr(e.value, within)
-        elif isinstance(e, prim.Select):
-            for x in (e.condition, e.true_value, e.false_value):
-                self.expr(x, within)
-        elif isinstance(e, ir.Call):
-            for a in e.args:
-                self.expr(a, within)
-        else:
-            raise UnknownTir(type(e).__name__)
 
     def stmt(self, s, loops, conditional):
         t = type(s)
