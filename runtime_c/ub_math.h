@@ -49,20 +49,25 @@ static inline float ub_fmin_k_f32(float x, float k) { return k < x ? k : x; }
 
 /* e^x = 2^n e^r, n = x log2(e) rounded (adding and removing 1.5 * 2^23 rounds to nearest),
  * r = x - n ln 2 with ln 2 in two parts (n * the high part is exact), so |r| <= ln2/2 and the
- * Taylor series of e^r to r^7 leaves less than 2^-26. x is held to [ln FLT_MIN, 88.3]:
- * below, FLT_MIN instead of a denormal or 0; above, e^88.3 = 2.2e38 instead of up to inf. */
+ * Taylor series of e^r to r^7 leaves less than 2^-26. 2^n is applied as 2^(n/2) 2^(n - n/2),
+ * two normal powers: exact where e^x is normal, one rounding where it is denormal or beyond
+ * FLT_MAX, as IEEE float32 (and PyTorch) gives it: 0 below e^-104 and inf above e^88.8 (x is
+ * held to [-104, 89], where both already hold). A floor at FLT_MIN instead made a gradient
+ * that flows through e^-115 (a softmax weight) 1e13 times too large (fuzz seed 90663). */
 static inline float ub_expf(float x) {
-    float c = ub_pick_f32(x < -87.3365448f, -87.3365448f, x); /* NaN passes both, as NaN */
-    c = ub_pick_f32(c > 88.3f, 88.3f, c);
+    float c = ub_pick_f32(x < -104.0f, -104.0f, x); /* NaN passes both, as NaN */
+    c = ub_pick_f32(c > 89.0f, 89.0f, c);
     float n = (c * 1.44269502f + 12582912.0f) - 12582912.0f;
     n = ub_pick_f32(n == n, n, 0.0f);
     const float r = (c - n * 0.693145752f) - n * 1.42860677e-6f;
     const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24
                     + r * (1.0f / 120 + r * (1.0f / 720 + r * (1.0f / 5040)))))));
-    const int32_t bits = ((int32_t)n + 127) * (1 << 23);
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale; /* NaN: r, p and so the result are NaN */
+    const int32_t half = (int32_t)n / 2, bits_a = (half + 127) * (1 << 23),
+                  bits_b = ((int32_t)n - half + 127) * (1 << 23);
+    float scale_a, scale_b;
+    memcpy(&scale_a, &bits_a, sizeof scale_a);
+    memcpy(&scale_b, &bits_b, sizeof scale_b);
+    return p * scale_a * scale_b; /* NaN: r, p and so the result are NaN */
 }
 
 /* |x| < 0.625: x + x^3 P(x^2); else sign(x) (1 - 2 / (e^(2|x|) + 1)), |x| held to 10 (where

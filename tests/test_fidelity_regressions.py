@@ -518,3 +518,26 @@ def test_a_parameter_without_gradient_has_no_optimizer_state(optimizer, tmp_path
     for _, state, opt_state in verdict.trajectory:
         assert (state["lstm.weight_hr_l0"] == start).all()
         assert not any(k.startswith("lstm.weight_hr_l0.") for k in opt_state)
+
+
+class VanishingSoftmaxWeight(nn.Module):
+    """Fuzz seed 90663: a gradient that flows only through a softmax weight of e^-120 (there,
+    an attention's). The C's exp stopped at FLT_MIN (1e-38) instead of underflowing to 0 as
+    float32 does, so that gradient came out 1e13 times its float64 value."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate, self.rest, self.head = nn.Linear(4, 1), nn.Linear(4, 1), nn.Linear(4, 3)
+        with torch.no_grad():
+            self.gate.bias.fill_(-120.0)
+
+    def forward(self, x):
+        w = F.softmax(torch.cat([self.rest(x), self.gate(x)], 1), dim=1)
+        return self.head(x) * w[:, :1] + self.head(x * 2) * w[:, 1:]
+
+
+@pytest.mark.parametrize("optimizer", [ub.Adam(lr=1e-2), ub.SGD(lr=0.1, momentum=0.9)])
+def test_a_gradient_through_an_underflowing_exp(optimizer, tmp_path):
+    torch.manual_seed(0)
+    verdict = judge(VanishingSoftmaxWeight(), batches((4, 4), 3), optimizer, tmp_path)
+    assert_match(verdict)
