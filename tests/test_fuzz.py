@@ -3,9 +3,12 @@ pass on, and a random set off) and judged against PyTorch in float64 (ubitrain.f
 `ubitrain fuzz --seeds A:B` runs any other range; a failure there becomes a named regression
 test in test_fidelity_regressions.py."""
 
+import json
+
 import pytest
 import torch
 
+from ubitrain.fidelity.campaign import run_campaign
 from ubitrain.fidelity.fuzz import draw_case, run_case
 from ubitrain.fidelity.reduce import repro_script
 
@@ -41,12 +44,6 @@ for _k in range(GROUPS):
 def test_a_campaign_resumes_where_it_stopped_and_only_at_its_commit(tmp_path):
     """`ubitrain fuzz --resume`: the seeds already recorded are kept, not run again; a
     campaign recorded at another commit is refused (its figures would mix two versions)."""
-    import json
-
-    import pytest
-
-    from ubitrain.fidelity.campaign import run_campaign
-
     out = tmp_path / "campaign"
     first = run_campaign(range(2), jobs=1, out=out, reduce=False, progress=False)
     lines = (out / "results.jsonl").read_text().splitlines()
