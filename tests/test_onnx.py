@@ -46,11 +46,25 @@ class ConvSequence(nn.Module):
         return self.fc(y.view(y.size(0), -1))
 
 
+class ElementwiseMath(nn.Module):
+    """Exp, Log, Sqrt, Abs, Reciprocal and Pow with a constant exponent between two layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(6, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        h = torch.exp(torch.tanh(h)) + torch.log(h * h + 0.5) + torch.sqrt(h.abs() + 0.1)
+        return self.fc2(torch.reciprocal(h.abs() + 1.0) + (h * h + 0.1) ** 1.5)
+
+
 CASES = {
     "digits_cnn": (ZOO["digits_cnn"].factory, (1, 8, 8), 10),
     "mlp_layernorm_gelu": (ZOO["mlp_layernorm_gelu"].factory, (32,), 10),
     "resnet_small": (ZOO["resnet_small"].factory, (3, 16, 16), 10),
     "conv_sequence": (ConvSequence, (3, 6), 5),
+    "elementwise_math": (ElementwiseMath, (6,), 3),
 }
 
 

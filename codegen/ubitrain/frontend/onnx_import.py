@@ -30,6 +30,7 @@ from .aten import (
     arithmetic,
     dropout,
     layout,
+    math_functions,
     normalization,
     pooling,
     shape_of,
@@ -139,15 +140,35 @@ def _neg(ctx, x):
 
 @onnx_op("Pow")
 def _pow(ctx, x, y):
-    if not (isinstance(y, np.ndarray) and y.size == 1 and float(y) == 2.0):
-        raise UnsupportedOpError(f"{ctx.where}: Pow with an exponent other than 2 is not "
-                                 "supported; use x * x")
-    return ctx.emit(R.multiply(x, x))
+    if not (isinstance(y, np.ndarray) and y.size == 1):
+        raise UnsupportedOpError(f"{ctx.where}: Pow with a tensor exponent is not supported; "
+                                 "give the exponent as a constant")
+    return math_functions.pow_scalar(ctx, None, x, float(y))
 
 
 @onnx_op("Sqrt")
 def _sqrt(ctx, x):
     return ctx.emit(R.sqrt(x))
+
+
+@onnx_op("Exp")
+def _exp(ctx, x):
+    return math_functions.exp(ctx, None, x)
+
+
+@onnx_op("Log")
+def _log(ctx, x):
+    return math_functions.log(ctx, None, x)
+
+
+@onnx_op("Abs")
+def _abs(ctx, x):
+    return math_functions.abs_(ctx, None, x)
+
+
+@onnx_op("Reciprocal")
+def _reciprocal(ctx, x):
+    return math_functions.reciprocal(ctx, None, x)
 
 
 # ---- linear algebra and convolution -----------------------------------------------------------

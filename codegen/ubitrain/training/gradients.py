@@ -4,7 +4,7 @@
 `relax.erf`, `relax.strided_slice`, `relax.flip`, `relax.nn.leakyrelu`) and replaces rules whose
 tie-breaking differs from PyTorch: PyTorch gives ReLU zero gradient at exactly 0 and
 Hardtanh/ReLU6 zero gradient at both bounds, which matters because ReLU outputs feed exact
-zeros into later activations.
+zeros into later activations; `abs` has zero gradient at 0 in PyTorch, TVM's passes dy.
 
 It replaces TVM's `relax.variance` rule, which cancels catastrophically (see
 `variance_grad`), and its `relax.nn.conv2d` rule, which sizes the input gradient with the
@@ -63,6 +63,13 @@ def clip_grad(orig_var, orig_call, output_grad, ctx):
     inside = R.logical_and(R.greater(y, relax.const(float(lo.value), dtype)),
                            R.less(y, relax.const(float(hi.value), dtype)))
     return [R.where(inside, output_grad, _zero(y)), no_grad(lo), no_grad(hi)]
+
+
+def abs_grad(orig_var, orig_call, output_grad, ctx):
+    # PyTorch's: dy * sgn(x), 0 at x == 0 (TVM's rule passes dy there).
+    x = orig_call.args[0]
+    return [R.where(R.greater(x, _zero(x)), output_grad,
+                    R.where(R.less(x, _zero(x)), R.negative(output_grad), _zero(x)))]
 
 
 def erf_grad(orig_var, orig_call, output_grad, ctx):
@@ -247,6 +254,7 @@ GRADIENT_RULES = {
     "relax.nn.leakyrelu": leakyrelu_grad,
     "relax.clip": clip_grad,
     "relax.erf": erf_grad,
+    "relax.abs": abs_grad,
     "relax.nn.gelu": gelu_grad,
     "relax.nn.gelu_tanh": gelu_tanh_grad,
     "relax.variance": variance_grad,

@@ -23,6 +23,7 @@ from . import (  # noqa: F401
     indexing,
     layout,
     linalg,
+    math_functions,
     normalization,
     pooling,
     slicing,
