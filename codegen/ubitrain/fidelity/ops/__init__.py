@@ -43,6 +43,7 @@ DRAW_ORDER = (
     "recurrent",  # recurrent.py
     "index",  # indexing.py
     "dropout_inplace", "bernoulli_mask", "stochastic_depth",  # dropout.py
+    "math",  # arithmetic.py
 )
 
 if set(DRAW_ORDER) != set(DEFINED) or len(DRAW_ORDER) != len(DEFINED):
