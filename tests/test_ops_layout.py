@@ -1,5 +1,5 @@
-"""Layout and slicing ops (reshape, permute, expand, flip, chunk, split, slices, select): the
-generated C against PyTorch.
+"""Layout and slicing ops (reshape, permute, expand, flip, chunk, split, slices, select,
+roll): the generated C against PyTorch.
 
 Each case is judged by `op_harness.check` (op_harness.py says how).
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from op_harness import WithParam, check, randn
+from op_harness import Fn, WithParam, check, randn
 
 
 @pytest.mark.parametrize("fn,wshape", [
@@ -69,3 +69,12 @@ def test_slicing(fn, wshape, shape, tmp_path):
 ], ids=["1d", "3d_permute", "5d_permute", "5d_transpose", "4d_swap_batch"])
 def test_layout_ranks(fn, wshape, shape, tmp_path):
     check(WithParam(fn, wshape), (randn(*shape),), tmp_path)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.roll(x, 2, 3),
+    lambda x: torch.roll(x, (-1, 3), (1, 2)) * x,
+    lambda x: x.roll(5, -1),  # a whole turn: x itself
+], ids=["one_dim", "two_dims_negative", "whole_turn"])
+def test_roll(fn, tmp_path):
+    check(Fn(fn), (randn(2, 3, 4, 5),), tmp_path)

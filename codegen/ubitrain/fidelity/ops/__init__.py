@@ -20,6 +20,7 @@ from . import (  # noqa: F401 - imported to define their ops
     layers,
     matmul,
     norms,
+    padding,
     pooling,
     recurrent,
     shapes,
@@ -44,6 +45,7 @@ DRAW_ORDER = (
     "index",  # indexing.py
     "dropout_inplace", "bernoulli_mask", "stochastic_depth",  # dropout.py
     "math",  # arithmetic.py
+    "pad",  # padding.py
 )
 
 if set(DRAW_ORDER) != set(DEFINED) or len(DRAW_ORDER) != len(DEFINED):

@@ -25,6 +25,7 @@ from . import (  # noqa: F401
     linalg,
     math_functions,
     normalization,
+    padding,
     pooling,
     slicing,
 )

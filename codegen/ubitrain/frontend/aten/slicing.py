@@ -1,5 +1,5 @@
 """Cutting a tensor by constants: split (chunk), split_with_sizes, unbind, slice (narrow and
-`x[:, 1:5:2]`) and select (`x[:, 0]`).
+`x[:, 1:5:2]`), select (`x[:, 0]`), and roll (two slices joined the other way round).
 
 Each part is its own tensor: `relax.split` and `relax.strided_slice` legalize into copy
 kernels, never into views of the source (only `relax.reshape` is a view, program/build.py),
@@ -75,3 +75,22 @@ def _select(ctx, node, x, dim, index):
     dim = dim % len(shape_of(x))
     index = range(shape_of(x)[dim])[index]  # a negative index counts from the end
     return _drop_dim(ctx, slice_(ctx, node, x, dim, index, index + 1), dim)
+
+
+@converts(aten.roll.default)
+def _roll(ctx, node, x, shifts, dims=()):
+    """`torch.roll`: per dim, the last `shift` elements moved to the front by one concat of
+    two slices (the gradient rolls back through them)."""
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if len(dims) != len(shifts):
+        unsupported(ctx, "roll without a dim per shift (over the flattened tensor)",
+                    "give dims, one per shift")
+    for shift, dim in zip(shifts, dims):
+        dim = dim % len(shape_of(x))
+        n = shape_of(x)[dim]
+        cut = n - shift % n
+        if cut != n:
+            x = ctx.emit(R.concat([slice_(ctx, node, x, dim, cut, n),
+                                   slice_(ctx, node, x, dim, 0, cut)], axis=dim))
+    return x
