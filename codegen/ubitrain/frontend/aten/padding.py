@@ -13,15 +13,14 @@ from tvm import relax
 from tvm.relax import op as R
 
 from .registry import aten, converts, dtype_of, shape_of, unsupported
+from .slicing import slice_
 
 MODES = ("constant", "reflect", "replicate", "circular")
 
 
 def _part(ctx, x, dim, start, end):
     """Elements [start, end) of `x` along `dim` (x itself when that is all of it)."""
-    if (start, end) == (0, shape_of(x)[dim]):
-        return x
-    return ctx.emit(R.strided_slice(x, [dim], [start], [end]))
+    return slice_(ctx, None, x, dim, start, end)
 
 
 def _border(ctx, x, dim, width, mode, value, leading):
