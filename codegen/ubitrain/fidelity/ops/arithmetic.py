@@ -36,7 +36,6 @@ def _binary():
     return sample, infer, call
 
 
-
 @op("math")
 def _math():
     # Smooth forms, their arguments kept in the function's domain and exp's bounded, so
