@@ -215,7 +215,7 @@ REAL_MODELS = [
     RealModel("vit_tiny", _vit(image_size=32, patch_size=4, num_layers=2, num_heads=4,
                                hidden_dim=64, mlp_dim=128), (3, 32, 32), 10,
               notes="2 layers, width 64, 4 heads, 4x4 patches"),
-    RealModel("efficientnet_b0", _tv("efficientnet_b0"), (3, 64, 64), 10, batches=(1, 8),
+    RealModel("efficientnet_b0", _tv("efficientnet_b0"), (3, 64, 64), 10,
               notes="Dropout 0.2 in place, stochastic depth 0.2"),
     RealModel("har_cnn", HARCNN, (9, 128), 6),
     RealModel("fasttext_bag", BagOfEmbeddings, (32,), 4, make_input=token_ids(1000),
