@@ -29,9 +29,9 @@ def _pad():
         k = len(widths) // 2
         if k > len(shape) - 1 or (a["mode"] != "constant" and len(shape) - k > 2):
             return None
-        for i in range(len(widths) // 2):
+        for i in range(k):
             d, (before, after) = len(shape) - 1 - i, widths[2 * i:2 * i + 2]
-            limit = {"reflect": shape[d] - 1, "circular": shape[d]}.get(a["mode"], None)
+            limit = {"reflect": shape[d] - 1, "circular": shape[d]}.get(a["mode"])
             if limit is not None and (min(before, after) < 0 or max(before, after) > limit):
                 return None
             shape[d] += before + after
