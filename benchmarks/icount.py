@@ -61,7 +61,7 @@ from ubitrain.kernels.c_printer import CKernel
 from ubitrain.kernels.library import KernelLibrary
 from ubitrain.kernels.microkernels import harness
 from ubitrain.kernels.microkernels.cases import batch_norm_funcs, conv2d_funcs, matmul_funcs
-from ubitrain.kernels.microkernels.tagging import op_info
+from ubitrain.ops.tagging import op_info
 from ubitrain.runtime.target_build import build_driver
 from ubitrain.targets import TARGETS, get_target
 from ubitrain.zoo import ZOO

@@ -20,7 +20,7 @@ from torch import nn
 from tvm import relax, tirx
 
 import ubitrain as ub
-from ubitrain.training.fused_ops import fused_op_of
+from ubitrain.ops.fused_ops import fused_op_of
 from ubitrain.training.graph import build_training_module
 
 

@@ -245,7 +245,7 @@ def test_a_model_with_a_fixed_batch_cannot_be_micro_batched(tmp_path):
 def test_ops_that_mix_the_samples_of_a_batch_are_named_when_micro_batching(tmp_path):
     """`x - x.mean(0)` gives every sample another output per micro-batch than per batch:
     micro-batching must say so, as for BatchNorm, rather than train otherwise in silence."""
-    from ubitrain.memory.micro_batching import mixes_samples
+    from ubitrain.training.batch_coupling import mixes_samples
 
     class Centred(nn.Module):
         def __init__(self):

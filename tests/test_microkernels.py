@@ -31,7 +31,7 @@ from ubitrain.kernels.microkernels.cases import (
     max_pool2d_backward_funcs,
 )
 from ubitrain.kernels.microkernels.manifest import GEMM_CORES
-from ubitrain.kernels.microkernels.tagging import op_info
+from ubitrain.ops.tagging import op_info
 from ubitrain.program.bn_activation import masked_backward_kernel
 from ubitrain.program.depthwise_input import depthwise_input_kernel
 from ubitrain.targets import TARGETS

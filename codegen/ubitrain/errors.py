@@ -28,3 +28,16 @@ class RuntimeStatusError(UbitrainError):
 class UbitrainWarning(UserWarning):
     """A compile that works but differs from what the user may expect (e.g. BatchNorm
     statistics per micro-batch, a budget plan stopped at the solver's time limit)."""
+
+
+def warn(message: str) -> None:
+    """A UbitrainWarning shown at the user's line: the first caller outside ubitrain."""
+    import os
+    import sys
+    import warnings
+
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, UbitrainWarning, stacklevel=level)

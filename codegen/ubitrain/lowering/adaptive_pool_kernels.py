@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
-from ..training.pool_grad import _first_max
+from ..ops.pool_grad import _first_max
 
 
 def _ceil_div(a, b):

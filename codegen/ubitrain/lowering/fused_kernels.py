@@ -13,8 +13,8 @@ import tvm
 from tvm import relax
 
 from ..errors import CompileError
-from ..kernels.microkernels.tagging import tag
-from ..training.fused_ops import fused_op_of
+from ..ops.fused_ops import fused_op_of
+from ..ops.tagging import tag
 from . import adaptive_pool_kernels as adaptive
 from .activation_kernels import elu, elu_backward
 from .batch_norm_kernels import batch_norm_apply, batch_norm_stats, batch_norm_train_backward

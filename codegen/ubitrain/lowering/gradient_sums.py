@@ -19,7 +19,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..kernels.microkernels.tagging import op_info
+from ..ops.tagging import op_info
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 

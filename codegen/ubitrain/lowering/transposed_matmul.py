@@ -17,7 +17,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax, te
 
-from ..kernels.microkernels.tagging import tag
+from ..ops.tagging import tag
 
 _PERMUTE = tvm.ir.Op.get("relax.permute_dims")
 _MATMUL = tvm.ir.Op.get("relax.matmul")

@@ -18,7 +18,7 @@ from tvm import relax, te
 from ..errors import CompileError
 from ..kernels import microkernels
 from ..kernels.library import KernelLibrary
-from ..kernels.microkernels import tagging_legalizations
+from ..ops.tagging import tagging_legalizations
 from ..lowering.fused_kernels import legalize_fused_ops
 from ..lowering.fusion import fuse_kernels
 from ..lowering.reductions import reduction_legalizations

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..kernels import microkernels
 from ..kernels.microkernels.manifest import GEMM_CORES
-from ..kernels.microkernels.tagging import op_info
+from ..ops.tagging import op_info
 from .ir import Call, Slot, merge_feeders, users
 
 

@@ -17,9 +17,9 @@ from ..errors import CompileError
 from ..frontend.forward import ForwardGraph
 from ..frontend.onnx_import import import_onnx, is_onnx_model
 from ..frontend.torch_export import import_forward
-from ..memory.micro_batching import frequency_scaled_embeddings
+from ..ops.gradients import register_gradients
+from .batch_coupling import frequency_scaled_embeddings
 from .channel_split import ChannelSplit, plan_splits, split_channels
-from .gradients import register_gradients
 from .losses import append_loss, label_spec, labels_var
 from .sparse_update import SparseUpdate
 

@@ -4,7 +4,7 @@ from tvm import relax
 from tvm.relax import op as R
 
 from ..errors import CompileError
-from .softmax_cross_entropy import softmax_cross_entropy
+from ..ops.softmax_cross_entropy import softmax_cross_entropy
 
 LOSSES = ("cross_entropy", "mse")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from tvm.relax import op as R
 
-from ...training.elu import elu
+from ...ops.elu import elu
 from .registry import as_expr, aten, converts, dtype_of, shape_of, unsupported
 
 

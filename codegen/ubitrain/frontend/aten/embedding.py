@@ -18,7 +18,7 @@ import math
 import torch
 import tvm
 
-from ...training.embedding import embedding
+from ...ops.embedding import embedding
 from .layout import reshape_to
 from .registry import aten, converts, dtype_of, shape_of, unsupported
 

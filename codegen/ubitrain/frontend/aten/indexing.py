@@ -17,7 +17,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ...training.take import take
+from ...ops.take import take
 from .layout import reshape_to
 from .registry import aten, converts, shape_of, unsupported
 

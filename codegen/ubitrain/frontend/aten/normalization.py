@@ -6,8 +6,8 @@ import math
 
 from tvm.relax import op as R
 
-from ...training.batch_norm import batch_norm_train
-from ...training.layer_norm import layer_norm
+from ...ops.batch_norm import batch_norm_train
+from ...ops.layer_norm import layer_norm
 from .registry import as_expr, aten, converts, shape_of, unsupported
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tvm.relax import op as R
 
-from ...training.adaptive_pool import adaptive_pool2d
+from ...ops.adaptive_pool import adaptive_pool2d
 from .registry import aten, axes, converts, pair, shape_of, unsupported
 
 

@@ -3,7 +3,5 @@ manifest of what exists per ISA, and matchers from legalized Relax ops to templa
 The scalar kernel printed from TIR stays the reference and the fallback for anything else."""
 
 from .render import available, plan, render_kernel, support_sources, tile
-from .tagging import tagging_legalizations
 
-__all__ = ["available", "plan", "render_kernel", "support_sources", "tagging_legalizations",
-           "tile"]
+__all__ = ["available", "plan", "render_kernel", "support_sources", "tile"]

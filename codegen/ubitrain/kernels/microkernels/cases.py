@@ -8,8 +8,8 @@ from __future__ import annotations
 from tvm import relax
 
 from ...lowering.transposed_matmul import fold_weight_transposes
+from ...ops.tagging import op_info, tagging_legalizations
 from .match import MATCHERS
-from .tagging import op_info, tagging_legalizations
 
 
 def _legalized_funcs(build_body, params) -> list:
@@ -54,7 +54,7 @@ def linear_funcs(m: int, k: int, n: int) -> list:
 def max_pool2d_backward_funcs(x_shape, kernel, stride, padding=(0, 0), dilation=(1, 1),
                               ceil_mode=False) -> list:
     """The gradient of an NCHW max_pool2d (ubitrain's legalization, training/gradients.py)."""
-    from ...training.gradients import register_gradients
+    from ...ops.gradients import register_gradients
 
     register_gradients()
     x = relax.Var("x", relax.TensorType(x_shape, "float32"))

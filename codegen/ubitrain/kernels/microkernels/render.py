@@ -7,10 +7,10 @@ from pathlib import Path
 
 import jinja2
 
+from ...ops.tagging import op_info
 from ..c_printer import CKernel
 from .manifest import FAMILIES, GEMM_CORES, LANE_FAMILIES, SUPPORT, GemmCore, core_names, gemm_name
 from .match import match
-from .tagging import op_info
 
 TEMPLATES = Path(__file__).parent / "templates"
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True,

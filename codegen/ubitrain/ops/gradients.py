@@ -23,10 +23,10 @@ from tvm.relax import op as R
 from tvm.relax.op.base import register_gradient
 from tvm.relax.op.grad import no_grad
 
-from ..kernels.microkernels.tagging import tag
 from . import adaptive_pool, batch_norm, elu, embedding, layer_norm, softmax_cross_entropy, take
 from .fused_ops import fused_gradient
 from .pool_grad import avg_pool2d_backward, max_pool2d_backward
+from .tagging import tag
 
 # Above TVM's own level (10), so these rules take precedence where TVM has one.
 OVERRIDE_LEVEL = 30
