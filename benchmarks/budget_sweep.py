@@ -42,35 +42,26 @@ import torch
 from _results import write_json
 
 import ubitrain as ub
+from ubitrain.api import lower
 from ubitrain.errors import CompileError
-from ubitrain.kernels.library import KernelLibrary
 from ubitrain.memory.budget import CANDIDATE_FRACTION, BudgetTooSmall, fit_budget
-from ubitrain.memory.cost_model import KernelWork, profile_for
-from ubitrain.memory.micro_batching import batch_coupled_layers, fit_micro_batched
-from ubitrain.memory.plan import plan_memory
+from ubitrain.memory.cost_model import KernelWork
+from ubitrain.memory.micro_batching import fit_micro_batched
 from ubitrain.memory.remat_milp import BudgetProblem
-from ubitrain.program.build import build_programs
 from ubitrain.program.remat import find_candidates
 from ubitrain.targets import get_target
-from ubitrain.training.graph import build_training_module
+from ubitrain.training.batch_coupling import batch_coupled_layers
 from ubitrain.zoo import ZOO
 
 
-class Lowered:
-    """The step at k micro-batches, as fit_micro_batched takes it."""
-
-    def __init__(self, name, batch, target, k=1):
-        entry = ZOO[name]
-        torch.manual_seed(0)
-        x = torch.randn(batch, *entry.sample_shape)
-        y = torch.randint(0, entry.classes, (batch,))
-        tgt = get_target(target)
-        self.model = entry.factory()
-        self.tm = build_training_module(self.model, (x,), y, "cross_entropy", None, k)
-        self.library = KernelLibrary(tgt.isa)
-        self.train, self.predict = build_programs(self.tm, ub.SGD(lr=0.01, momentum=0.9),
-                                                  self.library, tgt.accumulate_dtype)[:2]
-        self.plan = plan_memory([self.train, self.predict], tgt.alignment)
+def Lowered(name, batch, target, k=1):
+    """The step at k micro-batches, as fit_micro_batched takes it (the pipeline's unit)."""
+    entry = ZOO[name]
+    torch.manual_seed(0)
+    x = torch.randn(batch, *entry.sample_shape)
+    y = torch.randint(0, entry.classes, (batch,))
+    return lower(entry.factory(), (x,), y, optimizer=ub.SGD(lr=0.01, momentum=0.9),
+                 target=target, micro_batches=k)
 
 
 def programs(name, batch, target):
@@ -129,9 +120,9 @@ def sweep(name, batch, target, points, mb_points):
     arena, persistent = plan.arena_bytes, plan.persistent_bytes
     largest = max(s.nbytes for s in train.lifetimes())
     cands = find_candidates(train, max(alignment, largest // CANDIDATE_FRACTION))
-    problem = BudgetProblem(train, cands, KernelWork(library), profile_for(target), alignment)
+    problem = BudgetProblem(train, cands, KernelWork(library), get_target(target).cost, alignment)
     try:
-        fit_budget(train, predict, plan, library, 1, target, batch)
+        fit_budget(train, predict, plan, library, 1, get_target(target), batch)
         raise AssertionError("a 1-byte budget fitted")
     except CompileError as err:
         smallest = int(str(err).split("smallest budget that works is ")[1].split(" ")[0]

@@ -39,11 +39,9 @@ from _results import write_json  # noqa: E402
 from icount import compiled_with, run_traced  # noqa: E402
 
 import ubitrain as ub  # noqa: E402
-from ubitrain.kernels.library import KernelLibrary  # noqa: E402
+from ubitrain.api import lower  # noqa: E402
 from ubitrain.kernels.microkernels import harness  # noqa: E402
-from ubitrain.program.build import build_programs  # noqa: E402
 from ubitrain.targets import get_target  # noqa: E402
-from ubitrain.training.graph import build_training_module  # noqa: E402
 from ubitrain.zoo import ZOO  # noqa: E402
 
 DEFAULT_MODELS = {"aarch64-neon": ["mobilenetv2_small", "digits_cnn"]}
@@ -51,7 +49,7 @@ BUILDS = {"neon": {"no-vectorize": "no-tree-vectorize", "O2": "O2", "shipped": N
           "cmsis_dsp": {"shipped": None, "unroll": "unroll-loops"}}
 
 
-def step_kernels(model_name: str, batch: int, isa: str, accumulate: str):
+def step_kernels(model_name: str, batch: int, target: str):
     """The printed kernels of one training step (micro-kernels left out), with the element
     counts of their arguments."""
     entry = ZOO[model_name]
@@ -59,9 +57,7 @@ def step_kernels(model_name: str, batch: int, isa: str, accumulate: str):
     model = entry.factory()
     x = torch.randn((batch,) + entry.sample_shape)
     y = torch.randint(0, entry.classes, (batch,))
-    tm = build_training_module(model, (x,), y, "cross_entropy", None)
-    library = KernelLibrary(isa)
-    build_programs(tm, ub.Adam(lr=1e-3), library, accumulate)
+    library = lower(model, (x,), y, optimizer=ub.Adam(lr=1e-3), target=target).library
     return [k for name, k in library.kernels.items() if "_ukernel_" not in name]
 
 
@@ -77,11 +73,11 @@ def inputs_for(kernel, rng) -> list[np.ndarray]:
 
 def count(target_name: str, models: list[str], batch: int, work: Path) -> list[dict]:
     target = get_target(target_name)
-    builds = BUILDS[target.isa]
+    builds = BUILDS[target.kernel_isa("float32")]
     rng = np.random.default_rng(0)
     cases, labels, seen = [], [], set()
     for model in models:
-        for k in step_kernels(model, batch, target.isa, target.accumulate_dtype):
+        for k in step_kernels(model, batch, target.name):
             op = k.name.removeprefix("ub_f32_").rsplit("__", 1)[0]
             key = (op.rstrip("0123456789"), tuple(p[2] for p in k.params))
             if key in seen or len(k.params) > 12:
@@ -114,7 +110,7 @@ def main(argv=None) -> int:
         for name in args.targets:
             models = args.models or DEFAULT_MODELS.get(name, ["digits_cnn"])
             rows = count(name, models, args.batch, Path(tmp) / name)
-            builds = list(BUILDS[get_target(name).isa])
+            builds = list(BUILDS[get_target(name).kernel_isa("float32")])
             print(f"\n{name}: instructions per kernel call")
             print(f"{'kernel':<44} {'elements':>9} " + " ".join(f"{b:>13}" for b in builds))
             for r in rows:

@@ -29,7 +29,7 @@ it (-O3 on AArch64), and GCC's vectoriser then turns the plain-C kernel into NEO
 - `autovec`: the same variant as shipped, vectorised by GCC where it can.
 On Cortex-M (no float SIMD) both are the same code.
 
-Cross-check on Cortex-M (the method TOOLCHAINS.md gives): the same kernel program runs again
+Cross-check on Cortex-M (the method docs/toolchains.md gives): the same kernel program runs again
 under `qemu-system-arm -icount shift=0`, where virtual time advances one nanosecond per
 instruction, and reads SysTick (on the 25 MHz processor clock of the MPS2 boards) around every
 call: ticks x 40 ns must equal the log's count to within a tick or two.
@@ -47,16 +47,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-from contextlib import contextmanager
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import torch
 from _results import write_json
 
 import ubitrain as ub
-from ubitrain.kernels import library as kernel_library
 from ubitrain.kernels.c_printer import CKernel
 from ubitrain.kernels.library import KernelLibrary
 from ubitrain.kernels.microkernels import harness
@@ -114,7 +111,7 @@ MPS2_NS_PER_TICK = 1e9 / 25e6  # SysTick on the processor clock of mps2-an386/an
 
 
 def kernel_counts(target, batch: int, work: Path) -> list[dict]:
-    isa = target.isa
+    isa = target.kernel_isa("float32")
     cases, support, labels, seen = [], {}, [], set()
     for layer, make in LAYERS:
         for func in make(batch, target.accumulate_dtype):
@@ -163,12 +160,6 @@ def compiled_with(kernel: CKernel, suffix: str, option: str | None) -> CKernel:
     return dataclasses.replace(kernel, name=name, source=source)
 
 
-@contextmanager
-def scalar_only():
-    with mock.patch.object(kernel_library.microkernels, "plan", lambda func, isa: None):
-        yield
-
-
 def step_requests(pkg, steps: int, x: np.ndarray, y: np.ndarray) -> bytes:
     req = b"I\0\0\0" + struct.pack("<Q", 0)
     for _ in range(steps):
@@ -182,14 +173,10 @@ def step_count(model_name: str, target, batch: int, work: Path, scalar: bool) ->
     model = entry.factory()
     x = torch.randn((batch,) + entry.sample_shape)
     y = torch.randint(0, entry.classes, (batch,))
-    out = work / f"{model_name}_{'scalar' if scalar else target.isa}"
-    if scalar:
-        with scalar_only():
-            pkg = ub.compile(model, (x,), y, optimizer=ub.SGD(lr=0.01, momentum=0.9),
-                             target=target.name, out_dir=out)
-    else:
-        pkg = ub.compile(model, (x,), y, optimizer=ub.SGD(lr=0.01, momentum=0.9),
-                         target=target.name, out_dir=out)
+    isa = "scalar" if scalar else target.kernel_isa("float32")
+    pkg = ub.compile(model, (x,), y, optimizer=ub.SGD(lr=0.01, momentum=0.9),
+                     target=target.name, out_dir=work / f"{model_name}_{isa}",
+                     disable_passes=("microkernels",) if scalar else ())
     binary = str(build_driver(Path(pkg.out_dir), pkg.model_name, target).resolve())
     xs, ys = x.numpy().astype(np.float32), y.numpy().astype(pkg.labels.dtype)
     counts = [int(run_traced(target, binary, ["wc", "-l"], step_requests(pkg, n, xs, ys)))
@@ -199,7 +186,8 @@ def step_count(model_name: str, target, batch: int, work: Path, scalar: bool) ->
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    with_micro = [n for n, t in TARGETS.items() if t.isa != "scalar" and not t.runs_on_host]
+    with_micro = [n for n, t in TARGETS.items()
+                  if t.kernel_isa("float32") != "scalar" and not t.runs_on_host]
     parser.add_argument("--targets", nargs="+", default=with_micro)
     parser.add_argument("--models", nargs="*", default=["digits_cnn"])
     parser.add_argument("--batch", type=int, default=4, help="batch of the training steps")
@@ -211,10 +199,11 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="ub_icount_") as tmp:
         for name in args.targets:
             target = get_target(name)
+            isa = target.kernel_isa("float32")
             rows = kernel_counts(target, args.kernel_batch, Path(tmp) / f"kernels_{name}")
-            print(f"\n{name}: instructions per kernel call, scalar vs {target.isa}")
+            print(f"\n{name}: instructions per kernel call, scalar vs {isa}")
             print(f"{'layer':<14} {'kernel':<22} {'scalar':>11} {'autovec':>11} "
-                  f"{target.isa:>11} {'ratio':>7} {'autovec':>7}")
+                  f"{isa:>11} {'ratio':>7} {'autovec':>7}")
             for r in rows:
                 timer = ""
                 if "systick_scalar_instructions" in r:
@@ -229,9 +218,9 @@ def main(argv=None) -> int:
                 m = step_count(model, target, args.batch, Path(tmp), scalar=False)
                 steps.append(dict(model=model, plain_c_instructions=s, micro_instructions=m,
                                   ratio=round(s / m, 2)))
-                print(f"training step {model:<12} plain C (as built) {s:>12,}  {target.isa} "
+                print(f"training step {model:<12} plain C (as built) {s:>12,}  {isa} "
                       f"{m:>12,}  {s / m:.2f}x")
-            results["targets"][name] = {"isa": target.isa, "kernels": rows, "steps": steps}
+            results["targets"][name] = {"isa": isa, "kernels": rows, "steps": steps}
             sys.stdout.flush()
     write_json(args.out, results)
     return 0

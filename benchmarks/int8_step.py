@@ -37,14 +37,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import torch
 from _results import write_json
 
 import ubitrain as ub
-from ubitrain.int8 import overlap, simd
+from ubitrain.int8 import overlap
 from ubitrain.int8.offload_trainer import build_emulated_split, start_dsp
 from ubitrain.runtime.target_build import build_driver
 from ubitrain.targets import get_target
@@ -78,7 +77,8 @@ def traced_count(target, binary: str, stdin: bytes, args: tuple[str, ...] = ()) 
 def traced_split(cpu, cpu_binary, dsp_binary, stdin: bytes) -> tuple[int, int]:
     """(CPU part instructions, DSP part packets) of one run, both emulators tracing."""
     write, count = line_counter()
-    dsp, fifo_dir, to_dsp, from_dsp = start_dsp(dsp_binary, (*TRACE, "-D", f"/dev/fd/{write}"),
+    dsp, fifo_dir, to_dsp, from_dsp = start_dsp(get_target("hexagon-v66"), dsp_binary,
+                                                (*TRACE, "-D", f"/dev/fd/{write}"),
                                                 pass_fds=(write,))
     os.close(write)
     try:
@@ -145,7 +145,8 @@ def main(argv=None) -> int:
         "int8": dict(precision="int8", optimizer=ub.NITI(mu=(5,), milestones=())),
         "int8_adaptive": dict(precision="int8", optimizer=ub.NITI(
             mu=(5,), milestones=(), adaptive_rescale=True)),
-        "int8_scalar": dict(precision="int8", optimizer=ub.NITI(mu=(5,), milestones=())),
+        "int8_scalar": dict(precision="int8", optimizer=ub.NITI(mu=(5,), milestones=()),
+                            disable_passes=("simd_kernels",)),
     }
     results = {"model": "digits_cnn_niti", "batch": args.batch, "steps_averaged": args.steps,
                "method": "qemu -singlestep -d nochain,exec: one log line per instruction "
@@ -155,10 +156,8 @@ def main(argv=None) -> int:
             target = get_target(name)
             rows = {}
             for key, options in configs.items():
-                isa = "scalar" if key == "int8_scalar" else simd.isa_for(target)
-                with mock.patch.dict(simd.TARGET_ISA, {name: isa}):
-                    pkg = ub.compile(model, (x,), y, target=name,
-                                     out_dir=Path(tmp) / name / key, **options)
+                pkg = ub.compile(model, (x,), y, target=name, out_dir=Path(tmp) / name / key,
+                                 **options)
                 rows[key] = {"instructions_per_step": measure(target, pkg, x, y, args.steps),
                              "arena_bytes": pkg.memory_plan.arena_bytes}
             f, i8, ad, sc = rows["fp32"], rows["int8"], rows["int8_adaptive"], rows["int8_scalar"]

@@ -40,7 +40,6 @@ import torch
 from _results import write_json
 
 import ubitrain as ub
-import ubitrain.program.build as program_build
 from ubitrain.memory.greedy_planner import GreedyPlanner
 from ubitrain.zoo import ZOO
 
@@ -134,12 +133,9 @@ def ubitrain_memory(name: str, batch: int, out_root: Path) -> dict:
     transient = sum(b.nbytes for b in plan.buffers if b.program == "train_step")
     no_reuse = plan.persistent_bytes + transient + plan.in_place_bytes["train_step"]
 
-    shared, program_build.share_in_place = program_build.share_in_place, lambda p, lib: 0
-    try:
-        model, x, y = _batch(name, batch)
-        before = ub.compile(model, (x,), y, optimizer=opt, out_dir=out_root / f"{name}_b{batch}_0")
-    finally:
-        program_build.share_in_place = shared
+    model, x, y = _batch(name, batch)
+    before = ub.compile(model, (x,), y, optimizer=opt, out_dir=out_root / f"{name}_b{batch}_0",
+                        disable_passes=("share_in_place",))
     greedy_peak, bound = 0, 0
     for prog in before.programs.values():
         greedy = GreedyPlanner(plan.alignment)

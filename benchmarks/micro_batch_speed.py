@@ -24,20 +24,18 @@ import torch
 from _results import write_json
 
 import ubitrain as ub
-from ubitrain.kernels.library import KernelLibrary
-from ubitrain.memory.cost_model import KernelWork, profile_for
-from ubitrain.memory.micro_batching import divisors
-from ubitrain.program.build import build_programs
-from ubitrain.training.graph import build_training_module
+from ubitrain.api import lower
+from ubitrain.memory.cost_model import KernelWork
+from ubitrain.targets import get_target
+from ubitrain.training.batch_coupling import divisors
 from ubitrain.zoo import ZOO
 
 
 def model_seconds(model, x, y, optimizer, k):
     """One step's cost in the host cost model."""
-    tm = build_training_module(model, (x,), y, "cross_entropy", None, k)
-    library = KernelLibrary("scalar")
-    train = build_programs(tm, optimizer, library)[0]
-    return KernelWork(library).step_seconds(train, profile_for("host"))
+    unit = lower(model, (x,), y, optimizer=optimizer, micro_batches=k,
+                 disable_passes=("microkernels",))
+    return KernelWork(unit.library).step_seconds(unit.train, get_target("host").cost)
 
 
 def measure(name, batch, steps, root):

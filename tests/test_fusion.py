@@ -30,7 +30,8 @@ def test_fused_step_equals_unfused_step_bit_for_bit(model_name, tmp_path):
     runs = {}
     for fusion in (False, True):
         pkg = ub.compile(copy.deepcopy(model), batches[0][:1], batches[0][1],
-                         optimizer=ub.Adam(lr=1e-3, weight_decay=1e-4), fusion=fusion,
+                         optimizer=ub.Adam(lr=1e-3, weight_decay=1e-4),
+                         disable_passes=() if fusion else ("fuse_kernels",),
                          out_dir=tmp_path / f"fusion_{fusion}")
         trainer = pkg.build()
         losses = [trainer.step(x, y) for x, y in batches]
@@ -97,7 +98,8 @@ def test_a_gradient_summed_over_many_uses_keeps_no_part_waiting(tmp_path):
     x, y = torch.randn(2, 32), torch.randn(2, 32)
     runs = {}
     for fusion in (False, True):
-        pkg = ub.compile(copy.deepcopy(model), (x,), y, loss="mse", fusion=fusion,
+        pkg = ub.compile(copy.deepcopy(model), (x,), y, loss="mse",
+                         disable_passes=() if fusion else ("fuse_kernels",),
                          optimizer=ub.SGD(lr=0.1, momentum=0.9), out_dir=tmp_path / f"{fusion}")
         trainer = pkg.build()
         runs[fusion] = pkg, [trainer.step(x, y) for _ in range(2)], trainer.parameters()

@@ -10,17 +10,17 @@ import subprocess
 import pytest
 from test_targets import require_tools
 
-from ubitrain.int8.simd import TARGET_ISA, build_check, run_check
+from ubitrain.int8.simd import build_check, run_check
 from ubitrain.runtime.target_build import toolchain_file
-from ubitrain.targets import get_target
+from ubitrain.targets import TARGETS, get_target
 
 
-@pytest.mark.parametrize("target_name", list(TARGET_ISA))
+@pytest.mark.parametrize("target_name", list(TARGETS))
 def test_simd_variant_equals_scalar(tmp_path, target_name):
     target = get_target(target_name)
     if not target.runs_on_host:
         require_tools(target_name)
-    isa = TARGET_ISA[target_name]
+    isa = target.kernel_isa("int8")
     binary = build_check(target, isa, tmp_path / "check",
                          None if target.runs_on_host else toolchain_file(target))
     assert run_check(target, binary) == 0, f"{isa} differs from scalar on {target_name}"

@@ -26,16 +26,14 @@ from test_memory_guarantees import check_emitted_plan
 from torch import nn
 
 import ubitrain as ub
+from ubitrain.api import lower
 from ubitrain.errors import RuntimeStatusError
-from ubitrain.kernels.library import KernelLibrary
 from ubitrain.memory.arena_planner import ArenaPlanner
-from ubitrain.memory.cost_model import PROFILES, KernelWork
+from ubitrain.memory.cost_model import KernelWork
 from ubitrain.memory.remat_milp import BudgetProblem
-from ubitrain.program.build import build_programs
 from ubitrain.program.remat import find_candidates, recompute_choice, rewrite
 from ubitrain.runtime.target_build import missing_tools
 from ubitrain.targets import get_target
-from ubitrain.training.graph import build_training_module
 from ubitrain.zoo import ZOO
 
 
@@ -147,12 +145,12 @@ def test_tightest_budget_with_dropout_and_batchnorm(tmp_path):
 
 def _problem(name, batch, top):
     model, x, y = _zoo_batch(name, batch)
-    tm = build_training_module(model, (x,), y, "cross_entropy", None)
-    library = KernelLibrary("scalar")
-    train = build_programs(tm, ub.SGD(lr=0.1, momentum=0.9), library, "float64")[0]
+    unit = lower(model, (x,), y, optimizer=ub.SGD(lr=0.1, momentum=0.9),
+                 disable_passes=("microkernels",))
+    train = unit.train
     cands = sorted(find_candidates(train, 64), key=lambda c: -c.nbytes)[:top]
-    return train, cands, BudgetProblem(train, cands, KernelWork(library), PROFILES["cortex-m4"],
-                                       16)
+    return train, cands, BudgetProblem(train, cands, KernelWork(unit.library),
+                                       get_target("cortex-m4").cost, 16)
 
 
 def test_milp_matches_exhaustive_search_and_never_undercounts_memory():

@@ -86,7 +86,7 @@ DEPTHWISE_CASES = [
 # or 2 (of 4); accumulated in float64 and in float32 (cortex-m4, hexagon-v66) alike.
 BATCH_NORM_CASES = [(2, 3, 5, 6), (3, 2, 4, 4), (2, 4, 17)]
 BN_EPS, BN_MOMENTUM = 1e-5, 0.1
-MICRO_TARGETS = sorted(name for name, t in TARGETS.items() if t.isa in GEMM_CORES)
+MICRO_TARGETS = sorted(name for name, t in TARGETS.items() if t.kernel_isa("float32") in GEMM_CORES)
 # The host's avx2 kernels are built as a host project builds them, for the building machine
 # (-march=native: the GEMM cores inlined into the kernels), and twice more: for the baseline
 # ISA (the cores out of line, behind the run-time AVX2 check), and with -DUB_NO_AVX2 (their
@@ -264,7 +264,7 @@ def isa_run(request, tmp_path_factory):
     process."""
     name, define, cmake_args = BUILDS[request.param]
     target = TARGETS[name]
-    isa = target.isa
+    isa = target.kernel_isa("float32")
     require_tools(target.name)
     rng = np.random.default_rng(7)
     cases, support, refs = [], {}, []
@@ -381,7 +381,8 @@ def test_compiled_model_calls_the_micro_kernels(target, tmp_path):
     x, y = torch.randn((4,) + entry.sample_shape), torch.randint(0, 10, (4,))
     ub.compile(entry.factory(), (x,), y, target=target, out_dir=tmp_path / "m")
     source = (tmp_path / "m" / "model.c").read_text()
-    isa, tile = TARGETS[target].isa, GEMM_CORES[TARGETS[target].isa].tile
+    isa = TARGETS[target].kernel_isa("float32")
+    tile = GEMM_CORES[isa].tile
     called = set(re.findall(rf"UB_TRY\((ub_f32_(\w+?)\d*_ukernel_(?:{tile}|u\d+)__{isa})\(",
                             source))
     ops = {op for _, op in called}

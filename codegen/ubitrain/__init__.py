@@ -5,7 +5,7 @@
     loss = trainer.step(x, y)
 """
 
-from .api import Package, compile
+from .api import compile
 from .errors import (
                      BuildError,
                      CompileError,
@@ -17,6 +17,7 @@ from .errors import (
 )
 from .int8.update import NITI
 from .optim import SGD, Adam, AdamW
+from .package import Package
 from .training.sparse_update import SparseUpdate
 
 __all__ = ["compile", "Package", "SGD", "Adam", "AdamW", "NITI", "SparseUpdate", "CompileError",

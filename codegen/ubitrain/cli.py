@@ -82,6 +82,13 @@ examples:
   ubitrain demo --target cortex-m4"""
 
 
+PASSES_HELP = """\
+List the steps of the compile pipeline of a precision, in the order they run. The rewrite
+passes (marked *) change how the step is computed, never what; --disable-passes switches
+them off by name, each stating whether the step then stays the same bit for bit."""
+PRECISIONS = ("fp32", "int8")  # pipeline/__init__.py PIPELINES (not imported: start-up time)
+
+
 def _formatter(prog):
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=30)
 
@@ -130,8 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out-dir", default=None,
                    help="where to write the project (default build/<file name>)")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
-    c.add_argument("--precision", choices=("fp32", "int8"), default="fp32",
+    c.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="int8: NITI integer-only training (--optimizer and --lr do not apply)")
+    c.add_argument("--disable-passes", default="", metavar="NAME,...",
+                   help='rewrite passes to switch off, for debugging (see "ubitrain passes")')
     c.add_argument("--adaptive-rescale", action="store_true",
                    help="int8: reuse each tensor's shift, reducing only when due or saturated")
     c.add_argument("--verbose", action="store_true",
@@ -149,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--sparse", action="store_true",
                    help="transfer learning instead: pre-train on digits 0-4 in PyTorch, then "
                         "learn 5-9 in the generated C with a sparse update (last 2 layers)")
-    d.add_argument("--precision", choices=("fp32", "int8"), default="fp32",
+    d.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="int8: NITI integer-only training of the CNN without BatchNorm, side "
                         "by side with fp32 (and with self-adaptive rescaling)")
     d.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -158,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("targets", help="list the compile targets", description=TARGETS_HELP,
                    epilog=TARGETS_EPILOG, formatter_class=_formatter)
+    p = sub.add_parser("passes", help="list the steps of the compile pipeline",
+                       description=PASSES_HELP, formatter_class=_formatter)
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32")
     b = sub.add_parser("build", help="build a generated C project with CMake",
                        description=BUILD_HELP, epilog=BUILD_EPILOG, formatter_class=_formatter)
     b.add_argument("project", help="the directory ubitrain compile wrote (its --out-dir)")
@@ -365,7 +377,8 @@ def cmd_compile(args) -> int:
     pkg = ub.compile(module, inputs, labels, loss=args.loss, optimizer=optimizer,
                      target=args.target, memory_budget=args.memory_budget, out_dir=out_dir,
                      progress=_progress(args), precision=args.precision,
-                     micro_batches=args.micro_batches)
+                     micro_batches=args.micro_batches,
+                     disable_passes=[n for n in args.disable_passes.split(",") if n])
     batch = int(inputs[0].shape[0]) if len(inputs[0].shape) else 1
     name = Path(args.model).name if args.model.endswith(".onnx") else type(module).__name__
     print(f"compiled {name} for target {args.target} in "
@@ -433,7 +446,7 @@ def cmd_build(args) -> int:
         raise BuildError(f"{project} holds no generated project (no CMakeLists.txt); write one "
                          "with ubitrain compile --out-dir first")
     build_dir = Path(args.build_dir or project / f"build-{target.name}")
-    if target.name == "host":
+    if target.runs_on_host:
         cmake_build(project, build_dir, progress=_progress(args))
     else:
         from .runtime.target_build import build_driver
@@ -457,7 +470,8 @@ def cmd_targets(args) -> int:
     pad = " " * (width + 2)
     for name, t in TARGETS.items():
         where = "runs here" if t.runs_on_host else "cross-compiled, runs under QEMU"
-        print(f"{name:<{width}}  {t.description} [isa {t.isa}, {where}]")
+        isas = ", ".join(f"{dtype} {isa}" for dtype, isa in t.isas)
+        print(f"{name:<{width}}  {t.description} [kernels: {isas}; {where}]")
         if t.runs_on_host:
             continue
         print(f"{pad}compiler: {t.compiler} {t.compile_flags} "
@@ -472,6 +486,22 @@ def cmd_targets(args) -> int:
     return 0
 
 
+def cmd_passes(args) -> int:
+    from .pipeline import PIPELINES, Rewrite
+
+    pipeline = PIPELINES[args.precision]
+    print(f"the {pipeline.precision} pipeline; lowering (once per number of micro-batches):")
+    for step in pipeline.steps:
+        if step is pipeline.finishing[0]:
+            print("finishing:")
+        if isinstance(step, Rewrite):
+            claim = "bit-exact" if step.bit_exact else "not bit-exact"
+            print(f"  * {step.name} ({claim}): {step.summary}")
+        else:
+            print(f"    {step.name}: {step.summary}")
+    return 0
+
+
 def cmd_report(args) -> int:
     from .memory.report import cmd_report as report
 
@@ -479,7 +509,7 @@ def cmd_report(args) -> int:
 
 
 COMMANDS = {"compile": cmd_compile, "demo": cmd_demo, "targets": cmd_targets,
-            "report": cmd_report}
+            "passes": cmd_passes, "report": cmd_report}
 
 
 def main(argv=None) -> int:

@@ -1,9 +1,9 @@
 """The differential fuzzer: random models trained through the generated C and in PyTorch.
 
 One case is one seed: a random graph (graphs.py), its weights, a loss, an optimizer, 1 to 3
-steps of random data, and a random set of rewrite passes to switch off
-(program/passes.py). The case compiles the model twice, with every pass on (A) and with
-that set off (B), and trains both on the host:
+steps of random data, and a random set of rewrite passes to switch off (the rewrites of
+pipeline/fp32.py). The case compiles the model twice, with every pass on (A) and with that
+set off (B), and trains both on the host:
 
   * each against PyTorch, step by step (referee.py): a mismatch is a wrong step;
   * A against B: where only bit-exact passes are off, the two must agree bit for bit
@@ -30,7 +30,7 @@ import torch
 
 from ..errors import RuntimeStatusError, UnsupportedOpError
 from ..optim import SGD, Adam, AdamW
-from ..program.passes import BIT_EXACT, PASSES
+from ..pipeline import FP32
 from .graphs import Graph, instantiate, random_graph
 from .referee import Verdict, judge, kinks_along
 from .reference import Reference
@@ -79,7 +79,8 @@ def draw_case(seed: int) -> Case:
         lambda: Adam(lr=rng.choice([1e-3, 1e-2]), weight_decay=rng.choice([0.0, 1e-3])),
         lambda: AdamW(lr=1e-2, weight_decay=1e-2),
     ])()
-    disabled = tuple(p for p in PASSES if rng.random() < 0.4) or (rng.choice(list(PASSES)),)
+    passes = [r.name for r in FP32.rewrites]  # in pipeline order
+    disabled = tuple(p for p in passes if rng.random() < 0.4) or (rng.choice(passes),)
     return Case(seed, graph, optimizer, rng.randint(1, 3), disabled)
 
 
@@ -129,7 +130,7 @@ def _run(case: Case, tmp: Path) -> Outcome:
                 for variant, disabled in (("A", ()), ("B", case.disabled))}
     bad = [f"{v} ({'passes on' if v == 'A' else 'off: ' + ', '.join(case.disabled)}): "
            f"{verdicts[v].summary()}" for v in verdicts if verdicts[v].status == "mismatch"]
-    if set(case.disabled) <= set(BIT_EXACT):
+    if set(case.disabled) <= set(FP32.bit_exact):
         differ = first_difference(verdicts["A"], verdicts["B"])
         if differ:
             bad.append(f"passes off ({', '.join(case.disabled)}) change the step: {differ}")

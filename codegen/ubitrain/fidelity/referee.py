@@ -38,9 +38,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..pipeline import CallTrace
 from .kinks import FLOAT32_EPS, near_kinks, near_masks
 from .reference import FLOAT32_VARIANTS, MORE_FLOAT32_VARIANTS, Reference
-from .sides import ForwardCapture, SideReplay, traced
+from .sides import ForwardCapture, SideReplay
 
 SPREAD_FACTOR = 8.0
 FLOOR = 4.0  # float32 roundings of the tensor's largest value
@@ -255,9 +256,9 @@ def judge(model, batches, optimizer, out_dir, loss: str = "cross_entropy", seed:
 
     *xs, y = batches[0]
 
-    def build(directory):
+    def build(directory, instruments=()):
         pkg = ub_compile(model, tuple(xs), y, loss=loss, optimizer=optimizer,
-                         out_dir=directory, **compile_options)
+                         out_dir=directory, instruments=instruments, **compile_options)
         return pkg, pkg.build(seed=seed, arena_fill=0xFF)
 
     pkg, trainer = build(out_dir)
@@ -266,7 +267,7 @@ def judge(model, batches, optimizer, out_dir, loss: str = "cross_entropy", seed:
     if verdict.status != "near kink":
         return verdict
     # undecided: again with the C's forward tensors, its side of every near kink replayed
-    pkg, trainer = traced(lambda: build(Path(out_dir).with_name(Path(out_dir).name + "_sides")))
+    pkg, trainer = build(Path(out_dir).with_name(Path(out_dir).name + "_sides"), [CallTrace()])
     capture = ForwardCapture(trainer, pkg)
     try:
         return referee(trainer, reference, batches, seed, capture)

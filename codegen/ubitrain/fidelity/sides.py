@@ -2,7 +2,7 @@
 
 A step whose check fails where elements sat near a kink (kinks.py) is undecided: the C may have
 put some of them on the other side, a valid float32 result whose gradient differs. To decide,
-the model is built again with a hook after every call (project/emit.py TRACE_CALLS) that keeps
+the model is built again with a hook after every call (pipeline/instruments.py CallTrace) that keeps
 each forward call's outputs (`ForwardCapture`). For every kink op of PyTorch's step, the C
 tensor holding that op's output (ReLU, ReLU6 / hardtanh) or input (max pooling) is found by
 value, and PyTorch's step runs again (`SideReplay`) with the C's side at the near-kink elements
@@ -30,8 +30,8 @@ MATCH = 1e-3  # a C tensor holds an op's tensor when max |c - t| <= MATCH * max 
 
 
 class ForwardCapture:
-    """The outputs of every forward call of each train step of a trainer built with
-    TRACE_CALLS, as float64 arrays: `steps[-1]` is the last step's."""
+    """The outputs of every forward call of each train step of a trainer compiled with the
+    CallTrace instrument, as float64 arrays: `steps[-1]` is the last step's."""
 
     def __init__(self, trainer, pkg):
         calls = pkg.programs["train_step"].calls
@@ -161,14 +161,3 @@ _SIDES = {
 # backward op -> the position of the argument that carries the forward's decision
 _BACKWARD = {aten.threshold_backward.default: 1, aten.hardtanh_backward.default: 1,
              aten.max_pool2d_with_indices_backward.default: 7}
-
-
-def traced(compile_and_build):
-    """`compile_and_build()` with a trace hook after every call of the generated step."""
-    from ..project import emit
-
-    emit.TRACE_CALLS = True
-    try:
-        return compile_and_build()
-    finally:
-        emit.TRACE_CALLS = False

@@ -1,8 +1,8 @@
 """Which kernel call of a step computes something else than its own TIR?
 
 A debugging aid for a mismatch the referee reports. The model is compiled with a hook after
-every call of the step (project/emit.py TRACE_CALLS) and trained one step; after each call
-the arena is read back, and the call's PrimFunc, built for the host by TVM's LLVM backend,
+every call of the step (the pipeline's CallTrace instrument) and trained one step; after
+each call the arena is read back, and the call's PrimFunc, built for the host by TVM's LLVM backend,
 runs on the inputs the call read. A call whose output differs is where the C (the printer,
 a micro-kernel, an in-place rewrite, the memory plan) departs from the program; when every
 call agrees, the program itself (the graph, a gradient rule) departs from PyTorch.
@@ -14,7 +14,6 @@ call agrees, the program itself (the graph, a gradient rule) departs from PyTorc
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import tempfile
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ import numpy as np
 import tvm
 
 from .. import api
-from ..project import emit
+from ..pipeline import CallTrace
 
 
 @dataclass
@@ -36,22 +35,6 @@ class CallMismatch:
     def __str__(self):
         return (f"call {self.index} {self.kernel}: output {self.output} is {self.error:.2e} "
                 "from its PrimFunc")
-
-
-@contextlib.contextmanager
-def _tracing():
-    libraries, lower = [], api._lower
-
-    def keep(*args, **kwargs):
-        low = lower(*args, **kwargs)
-        libraries.append(low.library)
-        return low
-
-    emit.TRACE_CALLS, api._lower = True, keep
-    try:
-        yield libraries
-    finally:
-        emit.TRACE_CALLS, api._lower = False, lower
 
 
 def _value(slot, arena, plan, batch):
@@ -79,10 +62,12 @@ def check_calls(model, example_inputs, labels, tolerance: float = 1e-5, **compil
     """The train_step calls of `model` (one step on the example batch) whose outputs differ
     from their PrimFunc's by more than `tolerance`; calls without a PrimFunc (runtime builtins,
     fused templates) are not checked."""
-    with tempfile.TemporaryDirectory() as tmp, _tracing() as libraries:
-        pkg = api.compile(model, example_inputs, labels, out_dir=tmp, **compile_options)
+    trace = CallTrace()
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = api.compile(model, example_inputs, labels, out_dir=tmp, instruments=[trace],
+                          **compile_options)
         trainer = pkg.build(arena_fill=0xFF)
-        library, plan = libraries[-1], pkg.memory_plan
+        library, plan = trace.library, pkg.memory_plan
         calls = pkg.programs["train_step"].calls
         snapshots = {-1: trainer.arena.copy()}
 

@@ -24,6 +24,7 @@ LOG2E_Q15 = 47274
 TOP_EXPONENT = 10
 GRAD_FRACTION_BITS = 11
 ERROR_SHIFT = 4
+MAX_CLASSES = 512  # the softmax gradient's P * 2^11 stays within int32
 
 
 def softmax_xent_grad(z8, exponent: int, labels) -> np.ndarray:

@@ -27,8 +27,7 @@ class SplitTrainer(HostTrainer):
     """A host trainer whose DSP segments run in a qemu-hexagon process."""
 
     def __init__(self, library: Path, package, dsp_binary: Path, seed: int = 0):
-        target = get_target("hexagon-v66")
-        self.dsp = subprocess.Popen(target.emulator_command(str(dsp_binary)),
+        self.dsp = subprocess.Popen(package.target.emulator_command(str(dsp_binary)),
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         super().__init__(library, package, seed=seed)
         connect = getattr(self.lib, f"ub_{package.model_name}_offload_pipe")
@@ -77,13 +76,13 @@ class EmulatedSplitTrainer(EmulatedTrainer):
 def build_emulated_split(package) -> tuple:
     """(CPU target, CPU part's driver program, DSP part's program) of a split package whose
     CPU part runs under an emulator."""
-    cpu, dsp_target = get_target(package.config.cpu_target), get_target("hexagon-v66")
+    cpu, dsp_target = get_target(package.config.cpu_target), package.target
     missing = missing_tools(cpu) + missing_tools(dsp_target)
     if missing:
         raise BuildError(f"the split step under emulators needs {', '.join(missing)}; run "
                          "scripts/setup.sh")
     out = Path(package.out_dir)
-    dsp_binary = build_dsp(out / "dsp", toolchain_file(dsp_target))
+    dsp_binary = build_dsp(out / "dsp", toolchain_file(dsp_target, out))
     build = cmake_build(out / "offload_cpu", out / "offload_cpu" / f"build-{cpu.name}",
                         shared=False, toolchain=toolchain_file(cpu))
     binary = build / f"ub_{package.model_name}_offload_driver"
@@ -92,15 +91,15 @@ def build_emulated_split(package) -> tuple:
     return cpu, binary.resolve(), dsp_binary.resolve()
 
 
-def start_dsp(dsp_binary: Path, emulator_flags: tuple[str, ...] = (), **popen) -> tuple:
-    """The DSP part under qemu-hexagon on two new FIFOs: (process, FIFO directory, the FIFO
-    to the DSP, the FIFO from it). The shell, not this process, blocks opening the FIFOs
-    until the CPU part opens its ends."""
+def start_dsp(dsp, dsp_binary: Path, emulator_flags: tuple[str, ...] = (), **popen) -> tuple:
+    """The DSP part (`dsp`: its Target) under its emulator on two new FIFOs: (process, FIFO
+    directory, the FIFO to the DSP, the FIFO from it). The shell, not this process, blocks
+    opening the FIFOs until the CPU part opens its ends."""
     fifo_dir = tempfile.mkdtemp(prefix="ub_offload_")
     to_dsp, from_dsp = os.path.join(fifo_dir, "to_dsp"), os.path.join(fifo_dir, "from_dsp")
     os.mkfifo(to_dsp)
     os.mkfifo(from_dsp)
-    cmd = get_target("hexagon-v66").emulator_command(str(dsp_binary))
+    cmd = dsp.emulator_command(str(dsp_binary))
     cmd = shlex.join([cmd[0], *emulator_flags, *cmd[1:]])
     dsp = subprocess.Popen(["sh", "-c", f"exec {cmd} <{shlex.quote(to_dsp)} "
                                         f">{shlex.quote(from_dsp)}"], **popen)
@@ -109,7 +108,7 @@ def start_dsp(dsp_binary: Path, emulator_flags: tuple[str, ...] = (), **popen) -
 
 def start_emulated_split_trainer(package, seed: int = 0) -> EmulatedSplitTrainer:
     cpu, binary, dsp_binary = build_emulated_split(package)
-    dsp, fifo_dir, to_dsp, from_dsp = start_dsp(dsp_binary)
+    dsp, fifo_dir, to_dsp, from_dsp = start_dsp(package.target, dsp_binary)
     timeout = float(os.environ.get("UBITRAIN_EMULATOR_TIMEOUT", "600"))
     return EmulatedSplitTrainer(cpu.emulator_command(str(binary)) + [to_dsp, from_dsp],
                                 package, dsp, fifo_dir, seed=seed, cwd=binary.parent,
@@ -119,12 +118,11 @@ def start_emulated_split_trainer(package, seed: int = 0) -> EmulatedSplitTrainer
 def start_split_trainer(package, seed: int = 0):
     if package.config.cpu_target != "host":
         return start_emulated_split_trainer(package, seed)
-    target = get_target("hexagon-v66")
-    missing = missing_tools(target)
+    missing = missing_tools(package.target)
     if missing:
         raise BuildError(f"the DSP part needs {', '.join(missing)}; run scripts/setup.sh")
     out = Path(package.out_dir)
-    dsp_binary = build_dsp(out / "dsp", toolchain_file(target))
+    dsp_binary = build_dsp(out / "dsp", toolchain_file(package.target, out))
     build_dir = cmake_build(out, out / "build")
     library = next(build_dir.glob(f"libub_{package.model_name}.so"), None)
     if library is None:

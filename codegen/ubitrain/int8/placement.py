@@ -1,6 +1,6 @@
 """Placement of the int8 training step on `hexagon-v66`: each kernel to the DSP (HVX) or the
 CPU, by a support table and a cost model, minimising transfers (Mandheling's CPU-DSP
-co-scheduling, ALGORITHMS.md section 5).
+co-scheduling, docs/algorithms.md).
 
 Support table: int8 convolutions and linear layers (forward, input error, weight gradient
 with the update), ReLU and its mask, and max-pooling run on HVX; the float input

@@ -16,14 +16,6 @@ from ..runtime.build import cmake_build
 from ..targets import Target
 from .program import ENV
 
-# The variant each target uses: intrinsics where the ISA has an int8 dot product.
-TARGET_ISA = {"host": "scalar", "aarch64-neon": "neon", "cortex-m4": "cmsis_dsp",
-              "cortex-m7": "cmsis_dsp", "hexagon-v66": "hvx"}
-
-
-def isa_for(target: Target) -> str:
-    return TARGET_ISA.get(target.name, "scalar")
-
 
 def render_simd(isa: str, prefix: str = "ub_niti_") -> str:
     return ENV.get_template("niti_simd.c.j2").render(isa=isa, prefix=prefix)

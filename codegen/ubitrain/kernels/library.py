@@ -1,6 +1,6 @@
 """The kernels of one compiled model: TIR PrimFuncs scheduled, lowered and printed once each.
 
-Kernel names follow CONVENTIONS.md: `ub_<dtype>_<op>__<isa>`, where the op part is the
+Kernel names follow docs/conventions.md: `ub_<dtype>_<op>__<isa>`, where the op part is the
 PrimFunc's name (made unique) and the ISA is `scalar` for the printed plain-C variant.
 A library for an ISA with micro-kernels (kernels/microkernels/) renders those instead where
 one matches the kernel's op: `ub_<dtype>_<op>_ukernel_<tile>__<isa>`, with the code they
@@ -71,7 +71,7 @@ class KernelLibrary:
             raise CompileError(f"lowering kernel {op_name} failed: {err}") from err
 
     def microkernel_name(self, op: str, dtype: str = "f32", family: str | None = None) -> str:
-        """`ub_<dtype>_<op><i>_ukernel_<tile>__<isa>` (CONVENTIONS.md), the first not taken."""
+        """`ub_<dtype>_<op><i>_ukernel_<tile>__<isa>` (docs/conventions.md), the first not taken."""
         tile = microkernels.tile(self.isa, family)
         name, i = f"ub_{dtype}_{op}_ukernel_{tile}__{self.isa}", 1
         while name in self.kernels:
@@ -88,6 +88,14 @@ class KernelLibrary:
                                f"{err}; compile for a target with isa 'scalar' to avoid it"
                                ) from err
         self.kernels[name] = kernel
+        return kernel
+
+    def add_rendered(self, kernel: CKernel) -> CKernel:
+        """A kernel that a program rewrite rendered itself (a fused or variant micro-kernel),
+        under a name `microkernel_name` gave it."""
+        if kernel.name in self.kernels:
+            raise CompileError(f"kernel {kernel.name} is in the library already")
+        self.kernels[kernel.name] = kernel
         return kernel
 
     def in_place_variant(self, name: str, aliases: dict[int, int]) -> CKernel:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import re
 import time
-import warnings
 from dataclasses import dataclass, field
 
-from ..errors import CompileError, UbitrainWarning
+from ..errors import CompileError, warn
 from ..program.ir import Program
 from ..program.remat import check_transient, find_candidates, rewrite
-from .cost_model import KernelWork, profile_for
+from ..targets import Target
+from .cost_model import KernelWork
 from .plan import MemoryPlan, plan_memory
 from .remat_milp import BudgetProblem
 
@@ -105,11 +105,11 @@ def check_budget(plan: MemoryPlan, budget) -> None:
 
 
 def fit_budget(train: Program, predict: Program, plan: MemoryPlan, library, budget,
-               target: str, batch: int) -> tuple[Program, MemoryPlan]:
+               target: Target, batch: int) -> tuple[Program, MemoryPlan]:
     """The training program and plan whose emitted arena is at most `budget` bytes."""
     limit = parse_bytes(budget)
     work = KernelWork(library)
-    profile = profile_for(target)
+    profile = target.cost
     report = BudgetReport(limit, plan.arena_bytes, plan.arena_bytes, profile.name,
                           work.step_seconds(train, profile))
     if plan.arena_bytes <= limit:
@@ -183,7 +183,7 @@ class BudgetTooSmall(CompileError):
 def _too_small(budget, limit, batch, target, plan, smallest):
     raise BudgetTooSmall((
         f"memory_budget={budget!r} ({limit:,} bytes) is too small for this model at batch "
-        f"{batch} on target {target!r}: the smallest budget that works is {smallest:,} "
+        f"{batch} on target {target.name!r}: the smallest budget that works is {smallest:,} "
         f"bytes (the unconstrained arena is {plan.arena_bytes:,} bytes, of which "
         f"{plan.persistent_bytes:,} are parameters, buffers and optimizer state, which never "
         f"leave the arena). Use memory_budget of at least {smallest:,} bytes, a smaller batch, or "
@@ -219,8 +219,7 @@ def _finish(new_plan, report, solution, program, start) -> MemoryPlan:
             report.recomputed_bytes += cand.nbytes
     report.replayed_calls = sum("replay_of" in c.attrs for c in program.calls)
     if not solution.optimal:
-        warnings.warn(f"the budget MILP stopped at its time limit; the plan used is within "
-                      f"{solution.gap:.1%} of the best bound ({report.summary()})", UbitrainWarning,
-                      stacklevel=3)
+        warn(f"the budget MILP stopped at its time limit; the plan used is within "
+             f"{solution.gap:.1%} of the best bound ({report.summary()})")
     new_plan.budget = report
     return new_plan

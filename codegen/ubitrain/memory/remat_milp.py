@@ -1,6 +1,6 @@
 """The budget MILP: per candidate buffer, keep it, page it out and back, or recompute it.
 
-POET's formulation (ALGORITHMS.md §2) has binary R/S_RAM/S_SD/M_in/M_out per stage × node
+POET's formulation (docs/algorithms.md) has binary R/S_RAM/S_SD/M_in/M_out per stage × node
 and lets the solver reorder the whole step. Over ubitrain's step program (hundreds of calls,
 BatchNorm decomposed into elementwise kernels) that is far too large to solve in seconds, so
 this one keeps the program's order and coarsens both axes:

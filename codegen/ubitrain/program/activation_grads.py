@@ -9,6 +9,8 @@ fusions of that mask into the kernel before it (program/pool_relu.py) or after i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import tvm_ffi
 from tvm import ir, prim, tirx
@@ -30,8 +32,22 @@ class _Stores(Access):
         super().stmt(s, loops, conditional)
 
 
-def mask_bounds(library, kernel: str) -> tuple[float, float | None] | None:
-    """(lo, hi) of a gradient mask kernel (hi None for a ReLU's `lo < z`), or None."""
+@dataclass(frozen=True)
+class GradientMask:
+    """A gradient mask kernel: its bounds (hi None for a ReLU's `lo < z`) and which of its
+    arguments is z, dz, the constant c and the output, as its TIR reads and writes them."""
+
+    lo: float
+    hi: float | None
+    z: int
+    dz: int
+    zero: int
+    out: int
+
+
+def gradient_mask(library, kernel: str) -> GradientMask | None:
+    """The mask kernel `kernel` is, or None: one store per element of
+    `select(lo < z[i] (and z[i] < hi), dz[i], c[0])`."""
     func = library.lowered.get(kernel)
     if func is None or len(func.params) != 4:
         return None
@@ -44,36 +60,45 @@ def mask_bounds(library, kernel: str) -> tuple[float, float | None] | None:
     store = acc.store_nodes[0]
     sel, index = store.value, list(store.indices)
 
-    def load_of(e, param: int, idx) -> bool:  # idx None: element 0
-        if not isinstance(e, ir.TensorLoad) or acc.key(e.source) != param:
-            return False
+    def element(e, idx):  # the parameter e loads at idx (None: element 0), or None
+        if not isinstance(e, ir.TensorLoad):
+            return None
         if idx is None:
-            return all(_is_const(i, 0) for i in e.indices)
-        return len(e.indices) == len(idx) and all(
-            tvm_ffi.structural_equal(a, b) for a, b in zip(e.indices, idx))
+            at = all(_is_const(i, 0) for i in e.indices)
+        else:
+            at = len(e.indices) == len(idx) and all(
+                tvm_ffi.structural_equal(a, b) for a, b in zip(e.indices, idx))
+        return acc.key(e.source) if at else None
 
-    def bound_below(e):  # lo < z[i]: lo
-        if isinstance(e, prim.LT) and isinstance(e.a, prim.FloatImm) and load_of(e.b, 0, index):
-            return e.a.value
+    def bound_below(e):  # lo < z[i]: (lo, z)
+        if isinstance(e, prim.LT) and isinstance(e.a, prim.FloatImm):
+            z = element(e.b, index)
+            return None if z is None else (e.a.value, z)
         return None
 
-    def bound_above(e):  # z[i] < hi: hi
-        if isinstance(e, prim.LT) and isinstance(e.b, prim.FloatImm) and load_of(e.a, 0, index):
-            return e.b.value
+    def bound_above(e):  # z[i] < hi: (hi, z)
+        if isinstance(e, prim.LT) and isinstance(e.b, prim.FloatImm):
+            z = element(e.a, index)
+            return None if z is None else (e.b.value, z)
         return None
 
     cond = sel.condition
     if isinstance(cond, prim.LT) and _is_const(cond.a, 0) and isinstance(cond.b, prim.Cast):
         cond = cond.b.value  # 0 < (int64)(bool): TIR's boolean as a number
-    lo, hi = bound_below(cond), None
-    if lo is None and isinstance(cond, prim.And):
-        lo, hi = bound_below(cond.a), bound_above(cond.b)
-        if hi is None:
+    below, hi = bound_below(cond), None
+    if below is None and isinstance(cond, prim.And):
+        below, above = bound_below(cond.a), bound_above(cond.b)
+        if below is None or above is None or above[1] != below[1]:
             return None
-    if (lo is None or acc.key(store.buffer) != 3 or not load_of(sel.true_value, 1, index)
-            or not load_of(sel.false_value, 2, None)):
+        hi = above[0]
+    if below is None:
         return None
-    return lo, hi
+    lo, z = below
+    roles = (z, element(sel.true_value, index), element(sel.false_value, None),
+             acc.key(store.buffer))
+    if None in roles or len(set(roles)) != 4:
+        return None
+    return GradientMask(lo, hi, *roles)
 
 
 def is_zero(slot: Slot) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..kernels import microkernels
 from ..kernels.microkernels.match import c_float
-from .activation_grads import is_zero, mask_bounds
+from .activation_grads import gradient_mask, is_zero
 from .inplace import take_dying_buffer
 from .ir import Call, merge_feeders, users
 
@@ -31,11 +31,11 @@ def fuse_bn_activation_grads(calls: list[Call], library) -> list[Call]:
         found = _masked_backward(calls, i, library)
         if found is None:
             return None
-        call, (at, (lo, hi)) = calls[i], found
-        z, dz = calls[at].args[0], calls[at].args[1]
-        key = (call.kernel, lo, hi)
+        call, (at, mask) = calls[i], found
+        z, dz = calls[at].args[mask.z], calls[at].args[mask.dz]
+        key = (call.kernel, mask.lo, mask.hi)
         if key not in fused:
-            fused[key] = masked_backward_kernel(library, call.kernel, lo, hi)
+            fused[key] = masked_backward_kernel(library, call.kernel, mask.lo, mask.hi)
         x, dx = call.args[0], call.args[5]
         args = call.args[:DY] + [dz, z] + call.args[DY + 1:]
         take_dying_buffer(calls, i, x, dx)  # x dies here: dx takes its buffer, as before
@@ -46,8 +46,8 @@ def fuse_bn_activation_grads(calls: list[Call], library) -> list[Call]:
 
 
 def _masked_backward(calls: list[Call], i: int, library):
-    """(index of the mask call, (lo, hi)) when call i is a BatchNorm backward micro-kernel
-    whose dy only a gradient mask call writes and only it reads, else None."""
+    """(index of the mask call, its GradientMask) when call i is a BatchNorm backward
+    micro-kernel whose dy only a gradient mask call writes and only it reads, else None."""
     call = calls[i]
     if call.builtin or len(call.args) != 8 or not _is_bn_backward(library, call.kernel):
         return None
@@ -56,16 +56,17 @@ def _masked_backward(calls: list[Call], i: int, library):
     if dy.view_of is not None or len(readers) != 2 or readers[1] != i:
         return None
     at = readers[0]
-    mask = calls[at]
-    if mask.builtin or mask.outputs != [3] or mask.args[3] is not dy or not is_zero(mask.args[2]):
+    call = calls[at]
+    mask = None if call.builtin else gradient_mask(library, call.kernel)
+    if mask is None or call.outputs != [mask.out] or call.args[mask.out] is not dy or \
+            not is_zero(call.args[mask.zero]):
         return None
-    bounds = mask_bounds(library, mask.kernel)
-    z, dz = mask.args[0], mask.args[1]
-    if bounds is None or z.shape != dy.shape or dz.shape != dy.shape:
+    z, dz = call.args[mask.z], call.args[mask.dz]
+    if z.shape != dy.shape or dz.shape != dy.shape:
         return None
     if any(s.root in (z.root, dz.root) for c in calls[at + 1:i] for s in c.writes):
         return None  # z or dz overwritten before the backward would read them
-    return at, bounds
+    return at, mask
 
 
 def _is_bn_backward(library, kernel: str) -> bool:
@@ -82,6 +83,6 @@ def masked_backward_kernel(library, kernel: str, lo: float, hi: float | None) ->
     op = "batch_norm_relu_backward" if hi is None else "batch_norm_clip_backward"
     name = library.microkernel_name(op, family=family)
     mask = (c_float(lo, "float32"), None if hi is None else c_float(hi, "float32"))
-    library.kernels[name] = microkernels.render_kernel(
-        func, library.isa, family, name, {**params, "mask": mask}, extra_inputs=(DY,))
+    library.add_rendered(microkernels.render_kernel(
+        func, library.isa, family, name, {**params, "mask": mask}, extra_inputs=(DY,)))
     return name

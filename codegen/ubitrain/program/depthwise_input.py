@@ -66,7 +66,7 @@ def _transpose_feeding(calls: list[Call], i: int, library) -> int | None:
     if (info is None or info["op"] != "relax.permute_dims"
             or info["attrs"]["axes"] != [1, 0, 2, 3, 4]
             or info["shapes"][0] != [p["N"], p["C"], 1, p["H"], p["W"]]
-            or transpose.outputs != [1] or transpose.args[1] is not copy):
+            or transpose.writes != [copy]):
         return None
     return at
 
@@ -84,5 +84,5 @@ def depthwise_input_kernel(library, kernel: str) -> str:
         params["sums_offset"] = params["scratch_bytes"]
         params["scratch_bytes"] += 4 * params["C"] * params["K"] * (core.vec + 1)
     name = library.microkernel_name(op)
-    library.kernels[name] = microkernels.render_kernel(func, library.isa, family, name, params)
+    library.add_rendered(microkernels.render_kernel(func, library.isa, family, name, params))
     return name

@@ -105,6 +105,11 @@ def call_repeats(program: Program) -> list[int]:
     return repeats
 
 
+def has_loop(calls: list[Call]) -> bool:
+    """The calls hold a micro-batch loop."""
+    return any(c.kernel == BEGIN for c in calls)
+
+
 def micro_batches_of(program: Program) -> int:
     """k of a step program (1 without micro-batching)."""
     return next((c.attrs["count"] for c in program.calls if c.kernel == BEGIN), 1)

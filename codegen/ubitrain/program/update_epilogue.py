@@ -71,9 +71,9 @@ def _fuse(grad_call: Call, update: Call, calls, library, update_kernel) -> Call 
               ("param", "float32", M * N)] + [(s, "float32", M * N) for s in states] + \
         [("coef", "float32", math.prod(coef.shape))]
     scratch = g_bytes + max(block.scratch_bytes, tail.scratch_bytes if tail else 0)
-    library.kernels[name] = CKernel(name=name, source=source, params=params,
-                                    written=set(range(2, 3 + n_states)), scratch_bytes=scratch,
-                                    notes=["matmul weight gradient + optimizer update"])
+    library.add_rendered(CKernel(name=name, source=source, params=params,
+                                 written=set(range(2, 3 + n_states)), scratch_bytes=scratch,
+                                 notes=["matmul weight gradient + optimizer update"]))
     return Call(name, [a, b, param] + state_slots + [coef], list(range(2, 3 + n_states)),
                 attrs=dict(update.attrs),
                 scratch=Slot(f"scratch_{name}", (scratch,), "uint8", "scratch"))

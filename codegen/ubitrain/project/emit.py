@@ -19,12 +19,9 @@ from ..kernels.c_printer import c_float_literal, c_type
 from ..memory.plan import MemoryPlan
 from ..program.ir import Call, Program, Slot
 from ..program.micro_batch import BEGIN, END, call_repeats
+from ..targets import Target
 from .kernel_files import split_kernels
 
-# A debugging aid (ubitrain.fidelity.trace): after every call of a step, the C calls the
-# function pointer ub_<model>_trace, when set, with the program, the call's index and the
-# arena, so that each kernel's output can be compared with its PrimFunc. Off for users.
-TRACE_CALLS = False
 TEMPLATES = Path(__file__).parent / "templates"
 # The initial state and the constants of at least BLOB_MIN_BYTES go to weights.bin, which the
 # assembler embeds (UB_EMBED_FILE): C literals of millions of floats took the C compiler
@@ -32,6 +29,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 WEIGHTS_FILE = "weights.bin"
 BLOB_MIN_BYTES = 64
 RUNTIME_C = Path(__file__).parent.parent / "runtime_c"  # a link to the top-level runtime_c/
+TARGET_FILES = Path(__file__).parent.parent / "target_files"  # a link to the top-level targets/
 DTYPE_CODES = {"float32": "UB_F32", "int64": "UB_I64", "int32": "UB_I32", "int8": "UB_I8"}
 KIND_CODES = {"parameter": "UB_PARAMETER", "buffer": "UB_BUFFER",
               "optimizer_state": "UB_OPTIMIZER_STATE"}
@@ -144,12 +142,17 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
                    plan: MemoryPlan, kernels: list[str], state: dict, opt_state: dict,
                    trainable: list[str], inputs: list[Slot], labels: Slot, output: Slot,
                    classes: int | None, frozen: dict[str, str] | None = None,
-                   unread: dict | None = None, shared: list[str] | None = None) -> None:
+                   unread: dict | None = None, shared: list[str] | None = None,
+                   target: Target | None = None, trace_calls: bool = False) -> None:
     """`frozen`: {state name: kind} of the state kept in flash as constants
     (program/frozen_state.py); the tensor table lists them, read-only. `unread`: {kernel:
     argument indices it reads through another argument's pointer}, passed as NULL.
     `shared`: code the kernels share (micro-kernel helpers), ahead of them in every file that
-    holds kernels (project/kernel_files.py)."""
+    holds kernels (project/kernel_files.py). `target`: its toolchain files are copied into
+    the project's toolchains/, so that the project builds wherever it is copied.
+    `trace_calls`: after every call of a step, the C calls the function pointer
+    ub_<model>_trace, when set, with the program, the call's index and the arena (a
+    debugging aid: fidelity/trace.py compares each kernel's output with its PrimFunc)."""
     frozen = frozen or {}
     blob = _Blob()
     constants, const_names = [], {}
@@ -206,15 +209,16 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
         classes=classes, state_bytes=plan.persistent_bytes, model_id=_layout_id(tensors),
         staged_restore=plan.restore_is_atomic,
         train_body=[("    " if n > 1 and c.kernel not in (BEGIN, END) else "")
-                    + printer.statement(c) + (f" UB_TRACE(0, {i});" if TRACE_CALLS else "")
+                    + printer.statement(c) + (f" UB_TRACE(0, {i});" if trace_calls else "")
                     for i, (n, c) in enumerate(zip(call_repeats(train), train.calls))],
         pages=sum(c.kernel == "ub_page_out" for c in train.calls),
         page_bytes_max=max((c.args[0].nbytes for c in train.calls if c.kernel == "ub_page_out"),
                            default=0),
-        predict_body=[printer.statement(c) + (f" UB_TRACE(1, {i});" if TRACE_CALLS else "")
+        predict_body=[printer.statement(c) + (f" UB_TRACE(1, {i});" if trace_calls else "")
                       for i, c in enumerate(predict.calls)],
-        trace=TRACE_CALLS,
-        weights_path=str((out_dir / WEIGHTS_FILE).resolve()).replace("\\", "/"),
+        trace=trace_calls,
+        target=target.name if target is not None else "host",
+        toolchain=target.toolchain_dir if target is not None else None,
     )
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True,
@@ -222,10 +226,10 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / WEIGHTS_FILE).write_bytes(blob.data())
-        for template, target in (("model.h.j2", "model.h"), ("model.c.j2", "model.c"),
-                                 ("CMakeLists.txt.j2", "CMakeLists.txt"),
-                                 ("driver.c.j2", "driver.c")):
-            (out_dir / target).write_text(env.get_template(template).render(**context))
+        for template, written in (("model.h.j2", "model.h"), ("model.c.j2", "model.c"),
+                                  ("CMakeLists.txt.j2", "CMakeLists.txt"),
+                                  ("driver.c.j2", "driver.c")):
+            (out_dir / written).write_text(env.get_template(template).render(**context))
         for path in out_dir.glob("model_kernels*"):  # an earlier compile's split
             path.unlink()
         if split:
@@ -235,6 +239,9 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
             for name, part in zip(context["kernel_files"], split.files):
                 (out_dir / name).write_text(template.render(shared=shared, kernels=part))
         shutil.copytree(RUNTIME_C, out_dir / "runtime_c", dirs_exist_ok=True)
+        for folder in target.toolchain_dirs if target is not None else ():
+            shutil.copytree(TARGET_FILES / folder, out_dir / "toolchains" / folder,
+                            dirs_exist_ok=True)
     except OSError as err:
         raise CompileError(f"cannot write the C project to out_dir={str(out_dir)!r}: "
                            f"{err.strerror}; pass an out_dir you can write to") from None

@@ -2,7 +2,8 @@
 program started under the target's emulator.
 
 The toolchain files live in the repository's `targets/<name>/` (packaged as
-`ubitrain/target_files`). On a board target the build reads the ELF's section sizes
+`ubitrain/target_files`); every project compiled for a target carries a copy in its
+`toolchains/`, which its build uses. On a board target the build reads the ELF's section sizes
 (`arm-none-eabi-size`) and reports flash and SRAM use beside the board's sizes.
 """
 
@@ -36,10 +37,15 @@ def missing_tools(target: Target) -> list[str]:
     return [t for t in tools if shutil.which(t) is None]
 
 
-def toolchain_file(target: Target) -> Path:
-    path = TARGET_FILES / target.toolchain_dir / "toolchain.cmake"
+def toolchain_file(target: Target, project_dir: Path | None = None) -> Path:
+    """The target's toolchain file: the copy a generated project carries in toolchains/,
+    or without a project the one in ubitrain's targets/."""
+    root = TARGET_FILES if project_dir is None else Path(project_dir) / "toolchains"
+    path = root / target.toolchain_dir / "toolchain.cmake"
     if not path.is_file():
-        raise BuildError(f"target {target.name}: no toolchain file at {path}")
+        raise BuildError(f"target {target.name}: no toolchain file at {path}"
+                         + ("; compile the model for this target, which copies it into the "
+                            "project" if project_dir is not None else ""))
     return path
 
 
@@ -54,7 +60,7 @@ def build_driver(project_dir: Path, model_name: str, target: Target,
                          "scripts/setup.sh)")
     build_dir = cmake_build(project_dir, project_dir / f"build-{target.name}", shared=False,
                             extra_args=("-DUB_BUILD_DRIVER=ON",),
-                            toolchain=toolchain_file(target), progress=progress)
+                            toolchain=toolchain_file(target, project_dir), progress=progress)
     binary = build_dir / f"ub_{model_name}_driver"
     if not binary.is_file():
         raise BuildError(f"the build produced no {binary.name} in {build_dir}")

@@ -3,7 +3,7 @@ per op family, the template that drives it and the name of the generated kernel.
 
 Adding an ISA: a GEMM template under templates/<isa>/ and a row in GEMM_CORES. Adding an op
 family: a matcher in match.py, a template under templates/common/ (or per ISA) and a row in
-FAMILIES. Names follow CONVENTIONS.md: ub_<dtype>_<op>_ukernel_<tile>__<isa>.
+FAMILIES. Names follow docs/conventions.md: ub_<dtype>_<op>_ukernel_<tile>__<isa>.
 """
 
 from __future__ import annotations
