@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # cmake + gcc build the generated C on the host; the rest are the cross compilers and
-# emulators of the non-host targets (see /work/shared/design/TOOLCHAINS.md).
+# emulators of the non-host targets (docs/toolchains.md).
 APT_PACKAGES=(
     cmake gcc make libc6-dev
     gcc-aarch64-linux-gnu qemu-user
