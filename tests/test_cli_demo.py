@@ -32,7 +32,7 @@ def test_console_script_is_declared():
 
 @needs_cmake
 def test_demo_reaches_90_percent_and_matches_pytorch(tmp_path):
-    from ubitrain.demo import run_demo
+    from ubitrain.demos.digits import run_demo
 
     lines = []
     result = run_demo(epochs=3, out_dir=tmp_path / "demo", progress=False, log=lines.append)

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from ubitrain.cli import build_parser
-from ubitrain.demo_int8 import run_int8_demo
+from ubitrain.demos.int8 import run_int8_demo
 
 
 def test_int8_demo_within_three_points_of_fp32(tmp_path):

@@ -142,7 +142,7 @@ def test_pruned_backward_needs_less_memory(tmp_path):
 
 
 def test_sparse_demo_learns_new_digits_in_less_memory(tmp_path):
-    from ubitrain.demo_sparse import run_sparse_demo
+    from ubitrain.demos.sparse import run_sparse_demo
 
     result = run_sparse_demo(epochs=2, out_dir=tmp_path / "demo", progress=False,
                              log=lambda *_: None)

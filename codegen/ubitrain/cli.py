@@ -398,19 +398,19 @@ def cmd_compile(args) -> int:
 
 # ---- demo, targets ----------------------------------------------------------------------------
 def cmd_demo(args) -> int:
-    from .demo import run_demo
+    from .demos.digits import run_demo
     from .targets import get_target
 
     get_target(args.target)
     if args.precision == "int8":
-        from .demo_int8 import run_int8_demo
+        from .demos.int8 import run_int8_demo
 
         out_dir = args.out_dir if args.out_dir != "build/demo" else "build/demo_int8"
         run_int8_demo(epochs=args.epochs, out_dir=out_dir, seed=args.seed,
                       progress=not args.no_progress, target=args.target)
         return 0
     if args.sparse:
-        from .demo_sparse import run_sparse_demo
+        from .demos.sparse import run_sparse_demo
 
         run_sparse_demo(epochs=args.epochs, out_dir=args.out_dir, seed=args.seed,
                         progress=not args.no_progress)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..demo import load_data
+from ..demos.data import load_data
 from ..errors import UbitrainError
 
 

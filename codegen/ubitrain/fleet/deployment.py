@@ -82,7 +82,7 @@ def run_deployment(clients: int = 3, rounds: int = 2, local_steps: int = 5, batc
     out_dir.mkdir(parents=True, exist_ok=True)
     compiled = dict(batch=batch, lr=lr, momentum=momentum, seed=seed, precision=precision)
     if precision == "int8":  # NITI's schedule over the fleet's steps
-        from ..demo_int8 import niti_config
+        from ..demos.int8 import niti_config
         compiled["niti"] = niti_config(clients * local_steps * rounds, adaptive=False)
     package, host = fleet_package(out_dir, "host", **compiled)
     library = str(host.library)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..demo import accuracy, predict_padded
+from ..demos.data import accuracy, predict_padded
 from ..errors import UbitrainError
 from ..progress import bar
 from .apps import STRATEGIES, FleetSetup, ServerPlan, client_app, open_trainer, server_app
@@ -87,7 +87,7 @@ def run_fleet(clients: int = 20, rounds: int = 8, local_steps: int = 10, batch: 
                     momentum=momentum, sparse=sparse, seed=seed, progress=progress,
                     precision=precision)
     if precision == "int8":
-        from ..demo_int8 import niti_config
+        from ..demos.int8 import niti_config
         compiled["niti"] = niti_config(steps * rounds, adaptive=False)
     package_file, evaluator = fleet_package(out_dir, "host", **compiled)  # the server's
     library = evaluator.library

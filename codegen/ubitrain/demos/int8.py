@@ -18,8 +18,9 @@ import numpy as np
 import torch
 
 import ubitrain as ub
-from ubitrain.demo import BATCH, _progress, accuracy, epoch_batches, load_data, predict_padded
 from ubitrain.zoo import DigitsCNNNiti
+
+from .data import BATCH, accuracy, epoch_batches, load_data, predict_padded, progress_bar
 
 MU = (5, 4, 3)
 
@@ -41,7 +42,7 @@ def _train(name, pkg, batches, x_train, y_train, x_test, y_test, progress, log) 
     try:
         for e, epoch in enumerate(batches, 1):
             losses = [trainer.step(x_train[idx], y_train[idx])
-                      for idx in _progress(epoch, f"{name} epoch {e}/{len(batches)}", progress)]
+                      for idx in progress_bar(epoch, f"{name} epoch {e}/{len(batches)}", progress)]
             acc = accuracy(predict_padded(trainer.predict, x_test, BATCH), y_test)
             epochs.append({"loss": float(np.mean(losses)), "accuracy": acc})
             log(f"[{name:<13}] epoch {e}/{len(batches)}  loss {np.mean(losses):.4f}  "

@@ -19,8 +19,9 @@ import numpy as np
 import torch
 
 import ubitrain as ub
-from ubitrain.demo import BATCH, _progress, accuracy, epoch_batches, load_data, predict_padded
 from ubitrain.zoo import DigitsCNN
+
+from .data import BATCH, accuracy, epoch_batches, load_data, predict_padded, progress_bar
 
 RULE = ub.SparseUpdate(last_layers=2)
 
@@ -86,7 +87,7 @@ def run_sparse_demo(epochs: int = 4, out_dir="build/demo_sparse", seed: int = 0,
                               lr=0.05, momentum=0.9)
     for e, epoch in enumerate(epoch_batches(len(x_new), BATCH, epochs, seed + 1)):
         losses = []
-        for idx in _progress(epoch, f"C fine-tune {e + 1}/{epochs}", progress):
+        for idx in progress_bar(epoch, f"C fine-tune {e + 1}/{epochs}", progress):
             losses.append(trainer.step(x_new[idx], y_new[idx]))
             ref_opt.zero_grad()
             torch.nn.functional.cross_entropy(reference(torch.from_numpy(x_new[idx])),
