@@ -1,0 +1,6 @@
+"""The project's development tools, kept out of the `ubitrain` wheel: they import ubitrain,
+nothing in ubitrain imports them. The tests and benchmarks import them from the repository's
+root (tests/conftest.py and benchmarks/_results.py put it on sys.path).
+
+- real_models.py: the real-model fidelity suite's model definitions.
+"""
