@@ -2,5 +2,6 @@
 nothing in ubitrain imports them. The tests and benchmarks import them from the repository's
 root (tests/conftest.py and benchmarks/_results.py put it on sys.path).
 
+- fuzzing/: the differential fuzzer and its campaigns (`python -m tools.fuzzing`);
 - real_models.py: the real-model fidelity suite's model definitions.
 """
