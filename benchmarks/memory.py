@@ -41,7 +41,7 @@ from _results import write_json
 
 import ubitrain as ub
 import ubitrain.program.build as program_build
-from ubitrain.memory.greedy_planner import GreedyPlanner
+from tools.greedy_planner import GreedyPlanner
 from ubitrain.zoo import ZOO
 
 

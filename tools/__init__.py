@@ -3,5 +3,6 @@ nothing in ubitrain imports them. The tests and benchmarks import them from the 
 root (tests/conftest.py and benchmarks/_results.py put it on sys.path).
 
 - fuzzing/: the differential fuzzer and its campaigns (`python -m tools.fuzzing`);
-- real_models.py: the real-model fidelity suite's model definitions.
+- real_models.py: the real-model fidelity suite's model definitions;
+- greedy_planner.py: TFLM's greedy planner, the baseline the arena planner is measured against.
 """
