@@ -1,9 +1,19 @@
-"""Where every benchmark writes its results: one JSON file (results/ is not versioned)."""
+"""Where every benchmark writes its results: one JSON file (results/ is not versioned).
+
+Every benchmark imports this module first, so it also puts the repository's root on sys.path:
+the benchmarks that use the development tools (tools/: the real-model suite, the greedy
+planner, the micro-kernel harness) import them from there, as the tests do
+(tests/conftest.py)."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 
 def write_json(out, data) -> None:

@@ -39,8 +39,8 @@ from _results import write_json  # noqa: E402
 from icount import compiled_with, run_traced  # noqa: E402
 
 import ubitrain as ub  # noqa: E402
+from tools.microkernels import harness  # noqa: E402
 from ubitrain.api import lower  # noqa: E402
-from ubitrain.kernels.microkernels import harness  # noqa: E402
 from ubitrain.targets import get_target  # noqa: E402
 from ubitrain.zoo import ZOO  # noqa: E402
 

@@ -23,7 +23,7 @@ import torch
 from _results import write_json
 
 import ubitrain as ub
-from ubitrain.fidelity.real_models import REAL_MODELS, batches, real_model
+from tools.real_models import REAL_MODELS, batches, real_model
 from ubitrain.fidelity.referee import judge
 
 

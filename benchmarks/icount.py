@@ -12,7 +12,7 @@ Method (the same for every target, no wall time): QEMU runs the program with `-s
 (one guest instruction per translation block; on Hexagon one packet) and `-d nochain,exec`
 (one log line per executed block, chaining off so that none is skipped), the log going to a
 pipe. So the log has exactly one line per retired instruction (Hexagon: per packet).
-- Per kernel: kernels/microkernels/harness.py builds one program with every kernel variant;
+- Per kernel: tools/microkernels/harness.py builds one program with every kernel variant;
   it calls the empty function `ub_mark` right before and after each kernel call. The count of
   a kernel is the number of log lines between the two `ub_mark` lines (it includes the
   handful of instructions of the call itself).
@@ -54,10 +54,10 @@ import torch
 from _results import write_json
 
 import ubitrain as ub
+from tools.microkernels import harness
+from tools.microkernels.cases import batch_norm_funcs, conv2d_funcs, matmul_funcs
 from ubitrain.kernels.c_printer import CKernel
 from ubitrain.kernels.library import KernelLibrary
-from ubitrain.kernels.microkernels import harness
-from ubitrain.kernels.microkernels.cases import batch_norm_funcs, conv2d_funcs, matmul_funcs
 from ubitrain.ops.tagging import op_info
 from ubitrain.runtime.target_build import build_driver
 from ubitrain.targets import TARGETS, get_target

@@ -40,7 +40,7 @@ import torch
 from _results import write_json
 
 import ubitrain as ub
-from ubitrain.memory.greedy_planner import GreedyPlanner
+from tools.greedy_planner import GreedyPlanner
 from ubitrain.zoo import ZOO
 
 

@@ -4,7 +4,7 @@ PyTorch's, and its training step next to PyTorch's on one thread.
     python benchmarks/real_models.py [--models resnet18 ...] [--batch 8] [--repeat 10]
                                      [--out results/real_models.json]
 
-The models of the fidelity suite (ubitrain.fidelity.real_models: torchvision's classifiers
+The models of the fidelity suite (tools/real_models.py: torchvision's classifiers
 at 3x64x64 and a tiny ViT at 3x32x32, LeNet-5, a DS-CNN, a 1-D HAR CNN, a fastText-style text
 classifier on token ids), SGD momentum 0.9. Per model: parameters; `ub.compile` seconds; the C
 build's seconds (CMake, host); the arena (everything the step needs: parameters, optimizer
@@ -33,7 +33,7 @@ from speed import interleaved_medians, torch_step  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 import ubitrain as ub  # noqa: E402
-from ubitrain.fidelity.real_models import REAL_MODELS, batches, real_model  # noqa: E402
+from tools.real_models import REAL_MODELS, batches, real_model  # noqa: E402
 
 LR, MOMENTUM = 0.01, 0.9
 

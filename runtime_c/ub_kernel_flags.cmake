@@ -1,5 +1,5 @@
 # The optimisation flags of the kernels, in one place: the generated project (its
-# CMakeLists.txt) and the micro-kernel harness (kernels/microkernels/harness.py) both call
+# CMakeLists.txt) and the micro-kernel harness (tools/microkernels/harness.py) both call
 # ub_kernel_flags, so that the harness measures the code a project runs.
 function(ub_kernel_flags target)
   if(NOT CMAKE_C_COMPILER_ID MATCHES "GNU|Clang")

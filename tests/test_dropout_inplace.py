@@ -13,9 +13,9 @@ from op_harness import assert_match, batches
 from torch import nn
 
 import ubitrain as ub
+from tools.real_models import torchvision_ops
 from ubitrain.errors import UbitrainWarning
 from ubitrain.fidelity.dropout import bernoulli_mask, dropout_mask
-from ubitrain.fidelity.real_models import torchvision_ops
 from ubitrain.fidelity.referee import judge, referee
 from ubitrain.fidelity.reference import Reference
 

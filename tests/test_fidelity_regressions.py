@@ -9,8 +9,8 @@ from op_harness import assert_match, batches
 from torch import nn
 
 import ubitrain as ub
-from ubitrain.fidelity.fuzz import seeded_batches
-from ubitrain.fidelity.graphs import vary_norm_parameters
+from tools.fuzzing.case import seeded_batches
+from tools.fuzzing.graphs import vary_norm_parameters
 from ubitrain.fidelity.referee import judge, kinks_along
 from ubitrain.fidelity.reference import Reference
 
@@ -446,7 +446,7 @@ def test_runs_whose_prediction_pytorch_cannot_compute_are_compared_step_by_step(
     for it and failed inside numpy."""
     import numpy as np
 
-    from ubitrain.fidelity.fuzz import first_difference
+    from tools.fuzzing.case import first_difference
     from ubitrain.fidelity.referee import Verdict
 
     def verdict(w, prediction=None):
@@ -478,7 +478,7 @@ class ConstantsAcrossOps(nn.Module):
 
 
 def test_fused_float_arithmetic_is_the_unfused_arithmetic(tmp_path):
-    from ubitrain.fidelity.fuzz import first_difference
+    from tools.fuzzing.case import first_difference
 
     torch.manual_seed(0)
     model, data = ConstantsAcrossOps(), batches((4, 6), 2)

@@ -1,16 +1,19 @@
 """The fuzzer's fixed-seed tier: 100 random models, each trained through the generated C (every
 pass on, and a random set off) and judged against PyTorch in float64 (ubitrain.fidelity).
-`ubitrain fuzz --seeds A:B` runs any other range; a failure there becomes a named regression
-test in test_fidelity_regressions.py."""
+`python -m tools.fuzzing --seeds A:B` runs any other range; a failure there becomes a named
+regression test in test_fidelity_regressions.py."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from ubitrain.fidelity.campaign import run_campaign
-from ubitrain.fidelity.fuzz import draw_case, run_case
-from ubitrain.fidelity.reduce import repro_script
+from tools.fuzzing.campaign import run_campaign
+from tools.fuzzing.case import draw_case, run_case
+from tools.fuzzing.reduce import repro_script
 
 SEEDS = 100
 GROUPS = 4  # classes, so that pytest-xdist (--dist loadscope) spreads them over its workers
@@ -41,8 +44,19 @@ for _k in range(GROUPS):
     globals()[f"TestSeeds{_k}"] = _group(_k)
 
 
+def test_bad_seeds_are_one_line_errors():
+    """`python -m tools.fuzzing` (it was `ubitrain fuzz`) refuses bad options in one line, as
+    the ubitrain command does, and exits with status 2."""
+    run = subprocess.run([sys.executable, "-m", "tools.fuzzing", "--seeds", "x"],
+                         capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert lines == ["error: argument --seeds: give A:B or N, not 'x' "
+                     "(see python -m tools.fuzzing --help)"], run.stderr
+
+
 def test_a_campaign_resumes_where_it_stopped_and_only_at_its_commit(tmp_path):
-    """`ubitrain fuzz --resume`: the seeds already recorded are kept, not run again; a
+    """`python -m tools.fuzzing --resume`: the seeds already recorded are kept, not run again; a
     campaign recorded at another commit is refused (its figures would mix two versions)."""
     out = tmp_path / "campaign"
     first = run_campaign(range(2), jobs=1, out=out, reduce=False, progress=False)

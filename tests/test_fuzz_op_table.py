@@ -1,4 +1,4 @@
-"""The fuzzer's op table (ubitrain.fidelity.ops) against PyTorch, without compiling: the
+"""The fuzzer's op table (tools/fuzzing/ops) against PyTorch, without compiling: the
 models it draws run forward and backward in PyTorch, in training mode (random masks, in-place
 Dropout) and in eval mode, and every value has the shape the table's rules infer for it."""
 
@@ -6,9 +6,9 @@ import sys
 
 import torch
 
-from ubitrain.fidelity.fuzz import draw_case
-from ubitrain.fidelity.graphs import instantiate
-from ubitrain.fidelity.ops import OPS
+from tools.fuzzing.case import draw_case
+from tools.fuzzing.graphs import instantiate
+from tools.fuzzing.ops import OPS
 
 SEEDS = range(300)  # enough that every op of the table is drawn (checked below)
 

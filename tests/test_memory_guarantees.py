@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import ubitrain as ub
+from tools.greedy_planner import GreedyPlanner
 from ubitrain.memory.arena_planner import ArenaPlanner
-from ubitrain.memory.greedy_planner import GreedyPlanner
 from ubitrain.zoo import ZOO
 
 STATEMENT = re.compile(r"^\s*(UB_TRY\(|memcpy\(|memset\(|ub_dropout_mask\(|\{ "

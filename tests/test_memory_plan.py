@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import ubitrain as ub
-from ubitrain.memory.greedy_planner import GreedyPlanner
+from tools.greedy_planner import GreedyPlanner
 from ubitrain.zoo import ZOO
 
 

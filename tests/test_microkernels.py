@@ -21,15 +21,16 @@ import torch
 import torch.nn.functional as F
 from test_targets import require_tools
 
-from ubitrain.kernels.library import KernelLibrary
-from ubitrain.kernels.microkernels import harness, plan, tile
-from ubitrain.kernels.microkernels.cases import (
+from tools.microkernels import harness
+from tools.microkernels.cases import (
     batch_norm_funcs,
     conv2d_funcs,
     linear_funcs,
     matmul_funcs,
     max_pool2d_backward_funcs,
 )
+from ubitrain.kernels.library import KernelLibrary
+from ubitrain.kernels.microkernels import plan, tile
 from ubitrain.kernels.microkernels.manifest import GEMM_CORES
 from ubitrain.ops.tagging import op_info
 from ubitrain.program.bn_activation import masked_backward_kernel

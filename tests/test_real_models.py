@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import ubitrain as ub
-from ubitrain.fidelity.real_models import batches, real_model
+from tools.real_models import batches, real_model
 from ubitrain.fidelity.referee import judge
 
 # (model, batch, one sample's shape: None for the model's own; smaller keeps CI short)

@@ -179,8 +179,6 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     from .memory.report import add_report_parser
     add_report_parser(sub, _formatter)
-    from .fidelity.campaign import add_fuzz_parser
-    add_fuzz_parser(sub, _formatter)
     from .fleet.cli import add_fleet_parser
     add_fleet_parser(sub, _formatter)
     return parser
@@ -553,19 +551,13 @@ def main(argv=None) -> int:
         return 130
 
 
-def cmd_fuzz(args) -> int:
-    from .fidelity.campaign import cmd_fuzz as fuzz
-
-    return fuzz(args)
-
-
 def cmd_fleet(args) -> int:
     from .fleet.cli import cmd_fleet as fleet
 
     return fleet(args)
 
 
-COMMANDS.update(build=cmd_build, fuzz=cmd_fuzz, fleet=cmd_fleet)
+COMMANDS.update(build=cmd_build, fleet=cmd_fleet)
 
 if __name__ == "__main__":
     sys.exit(main())

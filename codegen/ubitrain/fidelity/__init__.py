@@ -4,5 +4,6 @@
   tolerance derived from PyTorch's own float32 spread (reference.py runs PyTorch; kinks.py
   finds the data where two correct float32 programs may back-propagate differently;
   dropout.py draws the C runtime's Dropout masks).
-- fuzz.py: the differential fuzzer over random models (graphs.py, the op table ops/).
+The differential fuzzer that judges random models so is the repository's own development
+tool (tools/fuzzing/, `python -m tools.fuzzing`), not part of the package.
 """

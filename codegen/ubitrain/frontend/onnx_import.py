@@ -12,6 +12,9 @@ model's state under their ONNX names (the state_dict names, for a PyTorch export
 that feed BatchNorm's statistics are buffers, the other float ones parameters. BatchNorm's
 running variance follows PyTorch (unbiased batch variance), as the model came from there.
 Shape arithmetic (Shape, Gather, Concat, ... on static shapes) is evaluated at compile time.
+
+The onnx package is an optional extra (`pip install 'ubitrain[onnx]'`): it is imported only
+when a model is an ONNX one (require_onnx), never by `import ubitrain`.
 """
 
 from __future__ import annotations
@@ -49,12 +52,18 @@ def onnx_op(*op_types):
     return register
 
 
-def load_onnx(model):
+def require_onnx():
+    """The onnx package, imported on first use: ONNX models are an optional extra."""
     try:
         import onnx
-    except ImportError:  # pragma: no cover - onnx is a dependency
-        raise CompileError("compiling an ONNX model needs the onnx package: "
-                           "pip install onnx") from None
+    except ImportError:
+        raise CompileError("ONNX models need the onnx extra: pip install 'ubitrain[onnx]'") \
+            from None
+    return onnx
+
+
+def load_onnx(model):
+    onnx = require_onnx()
     if isinstance(model, (str, Path)):
         try:
             model = onnx.load(str(model))
@@ -458,8 +467,7 @@ BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
 
 def import_onnx(model, example_inputs: tuple, training: bool, extend=None) -> tuple:
     """Convert an ONNX model (path or ModelProto) like `torch_export.import_forward`."""
-    import onnx
-
+    onnx = require_onnx()
     model = load_onnx(model)
     graph = model.graph
     if not graph.node:

@@ -34,11 +34,14 @@ import random
 
 import numpy as np
 
-from .greedy_planner import align_up
-
 HILL_CLIMB_STEPS = 2000  # placements tried at most after the seed orders,
 HILL_CLIMB_WORK = 8_000_000  # at most this many (placements × conflict pairs) units of work,
 HILL_CLIMB_RESTARTS = 4  # split over this many climbs from the best seed placement
+
+
+def align_up(n: int, alignment: int) -> int:
+    """`n` rounded up to a multiple of `alignment`: every buffer's size, so every offset."""
+    return (n + alignment - 1) // alignment * alignment
 
 
 class ArenaPlanner:

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 from ..program.ir import PERSISTENT_KINDS, Program, Slot
 from ..program.micro_batch import micro_batches_of
-from .arena_planner import ArenaPlanner
-from .greedy_planner import align_up
+from .arena_planner import ArenaPlanner, align_up
 
 
 @dataclass

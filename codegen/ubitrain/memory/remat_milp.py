@@ -39,8 +39,8 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from ..program.ir import Program
 from ..program.micro_batch import call_repeats
 from ..program.remat import MAX_DEPTH, Candidate, recompute_choice
+from .arena_planner import align_up
 from .cost_model import CostProfile, KernelWork
-from .greedy_planner import align_up
 
 
 @dataclass

@@ -7,7 +7,8 @@ the whole step. Buffers that in-place kernels write over are hatched; under a me
 buffers the plan recomputes are cross-hatched and paged ones dotted, with a black edge (the
 original buffer ends at its page-out, the copy starts at its page-in or replay). A line
 shows the bytes alive at each call, so the gap between it and the top of the rectangles is
-what the placement loses to fragmentation.
+what the placement loses to fragmentation. Drawing needs matplotlib, an optional extra
+(`pip install 'ubitrain[report]'`); nothing else in ubitrain imports it.
 """
 
 from __future__ import annotations
@@ -40,9 +41,20 @@ def live_bytes(plan: MemoryPlan, program: str) -> list[int]:
     return live
 
 
-def render_png(plan: MemoryPlan, path, program: str = "train_step", title: str = "") -> Path:
-    import matplotlib
+def require_matplotlib():
+    """matplotlib, imported on first use, or a clear error: it is the report extra."""
+    from ..errors import UbitrainError
 
+    try:
+        import matplotlib
+    except ImportError:
+        raise UbitrainError("drawing the memory plan needs the report extra: "
+                            "pip install 'ubitrain[report]'") from None
+    return matplotlib
+
+
+def render_png(plan: MemoryPlan, path, program: str = "train_step", title: str = "") -> Path:
+    matplotlib = require_matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch, Rectangle
@@ -171,6 +183,7 @@ def cmd_report(args) -> int:
     import ubitrain as ub
     from ubitrain.cli import load_factory, make_optimizer, model_from_factory
 
+    require_matplotlib()  # before the compile, not after it
     optimizer = make_optimizer(args.optimizer, args.lr, args.momentum, args.weight_decay)
     module, inputs, labels = model_from_factory(load_factory(args.model), args.model,
                                                 args.batch, args.input_shape, args.loss)

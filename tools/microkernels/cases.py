@@ -1,15 +1,15 @@
 """Kernels of the ops that have micro-kernels, made the way a training graph makes them: a
 Relax conv2d (or matmul, or a Linear layer's matmul of a transposed weight) with its Relax
-Gradient, legalized with the tagging rules of program/build.py. The tests and
+Gradient, legalized with the tagging rules of ubitrain/lowering/legalize.py. The tests and
 benchmarks/icount.py build their kernel variants from these PrimFuncs."""
 
 from __future__ import annotations
 
 from tvm import relax
 
-from ...lowering.transposed_matmul import fold_weight_transposes
-from ...ops.tagging import op_info, tagging_legalizations
-from .match import MATCHERS
+from ubitrain.kernels.microkernels.match import MATCHERS
+from ubitrain.lowering.transposed_matmul import fold_weight_transposes
+from ubitrain.ops.tagging import op_info, tagging_legalizations
 
 
 def _legalized_funcs(build_body, params) -> list:
@@ -53,8 +53,9 @@ def linear_funcs(m: int, k: int, n: int) -> list:
 
 def max_pool2d_backward_funcs(x_shape, kernel, stride, padding=(0, 0), dilation=(1, 1),
                               ceil_mode=False) -> list:
-    """The gradient of an NCHW max_pool2d (ubitrain's legalization, training/gradients.py)."""
-    from ...ops.gradients import register_gradients
+    """The gradient of an NCHW max_pool2d (ubitrain's legalization,
+    ubitrain/ops/gradients.py)."""
+    from ubitrain.ops.gradients import register_gradients
 
     register_gradients()
     x = relax.Var("x", relax.TensorType(x_shape, "float32"))
@@ -65,9 +66,9 @@ def max_pool2d_backward_funcs(x_shape, kernel, stride, padding=(0, 0), dilation=
 
 def batch_norm_funcs(x_shape, acc: str = "float64", momentum: float = 0.1,
                      eps: float = 1e-5) -> list:
-    """Training-mode BatchNorm's statistics and its backward (lowering/fused_kernels.py),
+    """Training-mode BatchNorm's statistics and its backward (ubitrain/lowering/fused_kernels.py),
     reductions accumulated in `acc`."""
-    from ...lowering.fused_kernels import FUSED_KERNELS
+    from ubitrain.lowering.fused_kernels import FUSED_KERNELS
 
     channels = (x_shape[1],)
     x, dy = (relax.Var(n, relax.TensorType(x_shape, "float32")) for n in ("x", "dy"))

@@ -49,7 +49,7 @@ DRAW_ORDER = (
 )
 
 if set(DRAW_ORDER) != set(DEFINED) or len(DRAW_ORDER) != len(DEFINED):
-    raise ImportError("fidelity/ops: DRAW_ORDER must list every defined op once; missing "
+    raise ImportError("tools/fuzzing/ops: DRAW_ORDER must list every defined op once; missing "
                       f"{sorted(set(DEFINED) - set(DRAW_ORDER))}, "
                       f"unknown {sorted(set(DRAW_ORDER) - set(DEFINED))}")
 

@@ -1,15 +1,14 @@
 """A fuzz campaign: many seeds in worker processes, a line per finding, a JSON summary, and a
 reduced repro script for every failure.
 
-`ubitrain fuzz --seeds 0:5000 --jobs 2 --out fuzz-results` runs it; tests/test_fuzz.py runs a
-fixed-seed tier of it in CI. A campaign longer than a sitting is continued with `--resume`
-(the seeds already in results.jsonl are skipped), from the same commit only: the figures of a
-campaign are those of one version of ubitrain.
+`python -m tools.fuzzing --seeds 0:5000 --jobs 2 --out fuzz-results` runs it (__main__.py);
+tests/test_fuzz.py runs a fixed-seed tier of it in CI. A campaign longer than a sitting is
+continued with `--resume` (the seeds already in results.jsonl are skipped), from the same
+commit only: the figures of a campaign are those of one version of ubitrain.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .fuzz import Outcome, draw_case, run_case
+from .case import Outcome, draw_case, run_case
 
 
 @dataclass
@@ -53,18 +52,6 @@ def torch_threads():
     import torch
 
     torch.set_num_threads(1)
-
-
-def parse_seeds(text: str) -> range:
-    """`A:B` (A to B-1) or `N` (0 to N-1)."""
-    try:
-        a, b = text.split(":", 1) if ":" in text else (0, text)
-        seeds = range(int(a), int(b))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"give A:B or N, not {text!r}") from None
-    if not seeds:
-        raise argparse.ArgumentTypeError(f"{text!r} holds no seed")
-    return seeds
 
 
 def run_campaign(seeds: range, jobs: int = 2, out: Path | None = None, reduce: bool = True,
@@ -140,7 +127,9 @@ def _earlier_records(out: Path, summary: Summary) -> list[dict]:
 def source_commit() -> str:
     """The git commit of the ubitrain source that runs ("+dirty" with uncommitted changes),
     or "unknown" outside a checkout."""
-    here = Path(__file__).resolve().parent
+    import ubitrain
+
+    here = Path(ubitrain.__file__).resolve().parent
 
     def git(*args):
         return subprocess.run(["git", "-C", str(here), *args], capture_output=True,
@@ -156,45 +145,3 @@ def _tty() -> bool:
     import sys
 
     return sys.stderr.isatty() and os.environ.get("CI") is None
-
-
-FUZZ_HELP = """\
-Differential fuzzing: random models built from the supported op table (branches, fan-out,
-merges by add/mul/cat, every pool, activation and norm configuration, size-1 and odd dims,
-batch 1-16) trained 1-3 steps through the generated C (every rewrite pass on, and again
-with a random set of passes off) and in PyTorch, each step judged against PyTorch in
-float64. A failure is reduced to a small model and written out as a repro script."""
-
-FUZZ_EPILOG = """\
-examples:
-  ubitrain fuzz --seeds 0:100                  the seeds CI runs
-  ubitrain fuzz --seeds 100000:105000 --out fuzz-results
-  ubitrain fuzz --seeds 100000:105000 --out fuzz-results --resume   (continue it later)
-The last line is the summary: models per outcome (match, mismatch, near kink, unsupported,
-internal error). A mismatch or internal error exits with status 1."""
-
-
-def add_fuzz_parser(sub, formatter):
-    f = sub.add_parser("fuzz", help="differential fuzzing against PyTorch on random models",
-                       description=FUZZ_HELP, epilog=FUZZ_EPILOG, formatter_class=formatter)
-    f.add_argument("--seeds", default=range(100), type=parse_seeds,
-                   help="A:B (seeds A to B-1) or N (0 to N-1); default 0:100")
-    f.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                   help="worker processes (default: one per core)")
-    f.add_argument("--out", default="fuzz-results",
-                   help="where to write results.jsonl, summary.json and repro scripts")
-    f.add_argument("--no-reduce", action="store_true", help="write failures unreduced")
-    f.add_argument("--no-progress", action="store_true", help="no progress bar")
-    f.add_argument("--resume", action="store_true",
-                   help="continue the campaign in --out (same seeds, same commit): run only "
-                        "the seeds its results.jsonl lacks")
-
-
-def cmd_fuzz(args) -> int:
-    summary = run_campaign(args.seeds, args.jobs, Path(args.out),
-                           reduce=not args.no_reduce,
-                           progress=False if args.no_progress else None, resume=args.resume)
-    for record in summary.failures:
-        print(f"seed {record['seed']}: {record['status']}: repro {record.get('repro', '-')}")
-    print(summary.line())
-    return 1 if summary.failures else 0

@@ -98,7 +98,7 @@ PRELUDE = """import torch
 import torch.nn.functional as F  # noqa: F401 (the model may use it)
 from torch import nn
 
-from ubitrain.fidelity.real_models import torchvision_ops  # noqa: F401 (the model may use it)
+from tools.real_models import torchvision_ops  # noqa: F401 (the model may use it)
 """
 
 

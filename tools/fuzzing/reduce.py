@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..optim import SGD
-from .fuzz import Case, draw_case, run_case
+from ubitrain.optim import SGD
+
+from .case import Case, draw_case, run_case
 from .graphs import PRELUDE, Graph, Node, source
 
 BUDGET = 80  # cases run at most while reducing one failure (about 3 s each)
@@ -103,7 +104,8 @@ def repro_script(case: Case, outcome) -> str:
          if g.loss == "cross_entropy" else f"torch.randn(({g.input_shape[0]}, {g.outputs}), "
                                            "generator=gen)")
     found = "\n".join(f"#   {line}" for line in detail.splitlines()[:12])
-    return f'''"""ubitrain fuzz seed {case.seed}, reduced: {status}.
+    root = Path(__file__).resolve().parents[2]
+    return f'''"""Fuzz seed {case.seed} (tools/fuzzing), reduced: {status}.
 
 What the fuzzer saw:
 {found}
@@ -112,10 +114,13 @@ Run it with `python {f"repro_{case.seed}.py"}`: it trains the model below throug
 C with every rewrite pass on, and with {', '.join(case.disabled) or 'none'} switched off, and
 judges each against PyTorch in float64 (ubitrain.fidelity.referee).
 """
+import sys
+
+sys.path.insert(0, {str(root)!r})  # the checkout whose fuzzer wrote it, for its tools/
 {PRELUDE}
 import ubitrain as ub
-from ubitrain.fidelity.fuzz import first_difference
-from ubitrain.fidelity.graphs import vary_norm_parameters
+from tools.fuzzing.case import first_difference
+from tools.fuzzing.graphs import vary_norm_parameters
 from ubitrain.fidelity.referee import judge
 
 {source(g)}

@@ -1,17 +1,19 @@
-"""The differential fuzzer: random models trained through the generated C and in PyTorch.
+"""One case of the differential fuzzer: a random model trained through the generated C and in
+PyTorch.
 
 One case is one seed: a random graph (graphs.py), its weights, a loss, an optimizer, 1 to 3
 steps of random data, and a random set of rewrite passes to switch off (the rewrites of
 pipeline/fp32.py). The case compiles the model twice, with every pass on (A) and with that
 set off (B), and trains both on the host:
 
-  * each against PyTorch, step by step (referee.py): a mismatch is a wrong step;
+  * each against PyTorch, step by step (ubitrain.fidelity.judge): a mismatch is a wrong step;
   * A against B: where only bit-exact passes are off, the two must agree bit for bit
     (every loss, parameter, buffer and optimizer state, and predict's output); a rewrite
     that changes one bit is wrong even where the referee's tolerance would hide it.
 
-Data near a kink (kinks.py) would make the referee's verdict meaningless, so a case first
-draws batches until PyTorch's own run keeps clear of kinks (at most DATA_DRAWS times).
+Data near a kink (ubitrain/fidelity/kinks.py) would make the referee's verdict meaningless,
+so a case first draws batches until PyTorch's own run keeps clear of kinks (at most
+DATA_DRAWS times).
 The arena starts as NaN (0xFF bytes), so a kernel that reads memory nothing wrote poisons
 the step instead of reading a harmless zero.
 """
@@ -28,12 +30,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import RuntimeStatusError, UnsupportedOpError
-from ..optim import SGD, Adam, AdamW
-from ..pipeline import FP32
+from ubitrain.errors import RuntimeStatusError, UnsupportedOpError
+from ubitrain.fidelity.referee import Verdict, judge, kinks_along
+from ubitrain.fidelity.reference import Reference
+from ubitrain.optim import SGD, Adam, AdamW
+from ubitrain.pipeline import FP32
+
 from .graphs import Graph, instantiate, random_graph
-from .referee import Verdict, judge, kinks_along
-from .reference import Reference
 
 DATA_DRAWS = 6
 

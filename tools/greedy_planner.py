@@ -1,4 +1,6 @@
-"""Greedy-by-size offset assignment (TensorFlow Lite Micro's GreedyMemoryPlanner).
+"""Greedy-by-size offset assignment (TensorFlow Lite Micro's GreedyMemoryPlanner): the
+baseline ubitrain's arena planner (ubitrain/memory/arena_planner.py) is measured against, in
+tests/test_memory_guarantees.py and benchmarks/memory.py; ubitrain itself does not use it.
 
 Buffers are placed largest first. Each goes at the lowest offset where it overlaps no
 already placed buffer whose lifetime [first_use, last_use] intersects its own. Placing
@@ -10,9 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-def align_up(n: int, alignment: int) -> int:
-    return (n + alignment - 1) // alignment * alignment
+from ubitrain.memory.arena_planner import align_up
 
 
 @dataclass
