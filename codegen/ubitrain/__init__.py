@@ -17,9 +17,11 @@ from .errors import (
 )
 from .int8.update import NITI
 from .optim import SGD, Adam, AdamW
+from .project.manifest import load_package
 from .training.sparse_update import SparseUpdate
 
-__all__ = ["compile", "Package", "SGD", "Adam", "AdamW", "NITI", "SparseUpdate", "CompileError",
+__all__ = ["compile", "Package", "load_package", "SGD", "Adam", "AdamW", "NITI", "SparseUpdate",
+           "CompileError",
            "UnsupportedOpError",
            "InputError", "BuildError", "RuntimeStatusError", "UbitrainError",
            "UbitrainWarning"]

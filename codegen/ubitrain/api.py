@@ -31,6 +31,7 @@ from .program.ir import Program, Slot
 from .program.passes import Passes, passes
 from .progress import Steps
 from .project.emit import render_project
+from .project.manifest import write_manifest
 from .runtime.build import cmake_build
 from .runtime.host_trainer import HostTrainer
 from .targets import check_board_fit, get_target
@@ -246,9 +247,10 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
         render_project(out_dir, name, train, predict, plan, library.sources(called), state,
                        opt_state, tm.trainable, inputs, label_slot, output, classes, frozen,
                        library.unread_arguments(), list(library.support.values()))
-    return Package(out_dir=out_dir, model_name=name, target=target, memory_plan=plan,
-                   inputs=inputs, labels=label_slot, output=output, classes=classes,
-                   trainable=tm.trainable, programs={"train_step": train, "predict": predict},
-                   kernel_count=len(library.kernels), frozen_in_flash=list(frozen),
-                   aliases=tm.graph.aliases(),
-                   compile_seconds=time.perf_counter() - start)
+    package = Package(out_dir=out_dir, model_name=name, target=target, memory_plan=plan,
+                      inputs=inputs, labels=label_slot, output=output, classes=classes,
+                      trainable=tm.trainable, programs={"train_step": train, "predict": predict},
+                      kernel_count=len(library.kernels), frozen_in_flash=list(frozen),
+                      aliases=tm.graph.aliases(), compile_seconds=time.perf_counter() - start)
+    write_manifest(package)  # package.json: the project loads without this process
+    return package

@@ -15,6 +15,7 @@ from ..frontend.onnx_import import is_onnx_model, load_onnx
 from ..memory.plan import plan_memory
 from ..program.ir import Program
 from ..project.emit import render_project
+from ..project.manifest import write_manifest
 from ..targets import check_board_fit, get_target
 from ..training.sparse_update import SparseUpdate
 from .layers import LayerProgram
@@ -153,7 +154,7 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
     render_project(out_dir, model_name, train, progs.predict, plan, kernels,
                    progs.state, progs.opt_state, list(program.weights), progs.inputs,
                    progs.labels, progs.output, program.classes)
-    return Int8Package(
+    package = Int8Package(
         out_dir=out_dir, model_name=model_name, target=target, memory_plan=plan,
         inputs=progs.inputs, labels=progs.labels, output=progs.output, classes=program.classes,
         trainable=[c.weight for c in program.convs() if c.trainable],
@@ -161,3 +162,5 @@ def compile_int8(model, example_inputs, labels, loss, optimizer, trainable, targ
         kernel_count=len(progs.kernels) - 2, compile_seconds=time.perf_counter() - start,
         layer_program=program, config=config,
         placement=placement, segments=segments, overlaps=overlaps)
+    write_manifest(package)  # package.json: the project loads without this process
+    return package

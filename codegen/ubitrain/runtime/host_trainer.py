@@ -51,6 +51,16 @@ def _ptr(a: np.ndarray):
     return ctypes.c_void_p(a.ctypes.data)
 
 
+def _pages(package) -> bool:
+    """Whether the step pages tensors out to storage: its train program calls ub_page_out;
+    a package loaded from its project (project/manifest.py) has no programs, and its
+    manifest's count instead."""
+    train = package.programs.get("train_step")
+    if train is None:
+        return bool(getattr(package, "pages", 0))
+    return any(c.kernel == "ub_page_out" for c in train.calls)
+
+
 class HostTrainer(TrainerBase):
     def __init__(self, library: Path, package, seed: int = 0, arena_fill: int = 0):
         self.package = package
@@ -86,7 +96,7 @@ class HostTrainer(TrainerBase):
         self._check(init(ctypes.byref(self.ctx), _ptr(self.arena),
                          ctypes.c_size_t(self.arena.nbytes), ctypes.c_uint64(seed)), "init")
         self._pages = None
-        if any(c.kernel == "ub_page_out" for c in package.programs["train_step"].calls):
+        if _pages(package):
             self._set_page_storage()
 
     def _set_page_storage(self):
