@@ -6,13 +6,13 @@ engine (a SuperLink and SuperNodes). A simulation worker keeps one trainer and t
 for all the rounds and virtual clients it serves: a client's state is the global model,
 loaded at the start of each round, so nothing of it lives in the trainer between rounds.
 An int8 package's clients exchange int8 weights, merged exactly by Int8FedAvg
-(int8_exchange.py).
+(int8_exchange.py). A client reads its model from the compiled project's directory
+(packages.py) and its data from its own shard file (data.py).
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import random
 import signal
 import time
@@ -25,9 +25,12 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx
 
-from .data import digits_fleet
+from ..errors import UbitrainError
+from ..project.manifest import load_package
+from .data import load_shard, shard_file
 from .int8_exchange import Int8FedAvg, int8_local_round, is_int8
 from .local import LocalTraining, local_round
+from .packages import open_trainer
 from .records import as_numpy, as_record
 
 STRATEGIES = {"fedavg": FedAvg, "fedprox": FedProx, "fedadam": FedAdam}
@@ -35,13 +38,13 @@ STRATEGIES = {"fedavg": FedAvg, "fedprox": FedProx, "fedadam": FedAdam}
 
 @dataclass(frozen=True)
 class FleetSetup:
-    """What every process of the fleet needs to rebuild its part, picklable: the compiled
-    package (pickled next to its built library), the data split, the local training."""
+    """What a client needs to rebuild its part, small and picklable: where its compiled
+    project is (package.json and the C) and its built library, where the shards are, the
+    local training."""
 
-    package_file: Path
-    library: Path | None  # None: the package's target under its emulator
-    clients: int
-    non_iid: float | None
+    project: Path  # the clients' compiled project (project/manifest.py)
+    library: Path | None  # its host build; None: the project's target under its emulator
+    data_dir: Path  # client_NNNNN.npz, one shard a client (data.py)
     seed: int
     local: LocalTraining
     faults: frozenset = field(default_factory=frozenset)  # (client, round): fails there
@@ -58,37 +61,28 @@ class ClientCrash(RuntimeError):
     it for the rounds that follow; process kills are for the deployment engine.)"""
 
 
-_PROCESS_STATE: dict = {}  # per process: the trainer and the shards, built once
+_TRAINERS: dict = {}  # per process: one trainer a (project, library, seed), built once
+_SHARDS: dict = {}  # per process: the shards it has read, by file
 
 
-def open_trainer(package, library: Path | None, seed: int):
-    """A trainer of `package`: its host `library` loaded, or (None) the package's target
-    started under its emulator; an int8 package's behind its Int8Trainer."""
-    if library:
-        from ..runtime.host_trainer import HostTrainer
-        trainer = HostTrainer(library, package, seed=seed)
-    else:
-        from ..runtime.target_build import start_trainer
-        from ..targets import get_target
-        trainer = start_trainer(package, get_target(package.target), seed=seed,
-                                progress=False)
-    if getattr(package, "precision", "fp32") == "int8":
-        from ..int8.trainer import Int8Trainer
-        trainer = Int8Trainer(trainer, package)
-    return trainer
+def client_trainer(setup: FleetSetup):
+    """This process's trainer of the setup's project, made once."""
+    key = (setup.project, setup.library, setup.seed)
+    if key not in _TRAINERS:
+        _TRAINERS[key] = open_trainer(load_package(setup.project), setup.library, setup.seed)
+    return _TRAINERS[key]
 
 
-def trainer_and_shards(setup: FleetSetup):
-    """This process's trainer and the shards, made once."""
-    if setup not in _PROCESS_STATE:
-        package = pickle.loads(Path(setup.package_file).read_bytes())
-        shards, _ = digits_fleet(setup.clients, setup.non_iid, setup.seed)
-        _PROCESS_STATE[setup] = (open_trainer(package, setup.library, setup.seed), shards)
-    return _PROCESS_STATE[setup]
+def client_shard(path: Path):
+    if path not in _SHARDS:
+        _SHARDS[path] = load_shard(path)
+    return _SHARDS[path]
 
 
-def client_reply(setup: FleetSetup, msg: Message, context: Context) -> Message:
-    """A client's answer to a training message: its update and its sample count."""
+def client_reply(setup: FleetSetup, msg: Message, context: Context,
+                 shard: Path | None = None) -> Message:
+    """A client's answer to a training message: its update and its sample count. `shard`:
+    its data file (default: its partition's file in the setup's data directory)."""
     client = int(context.node_config["partition-id"])
     config = msg.content["config"]
     server_round = int(config["server-round"])
@@ -96,8 +90,8 @@ def client_reply(setup: FleetSetup, msg: Message, context: Context) -> Message:
         if setup.kill_on_fault:
             os.kill(os.getpid(), signal.SIGKILL)
         raise ClientCrash(f"client {client} crashed in round {server_round}")
-    trainer, shards = trainer_and_shards(setup)
-    x, y = shards[client]
+    trainer = client_trainer(setup)
+    x, y = client_shard(Path(shard) if shard else shard_file(setup.data_dir, client))
     seed = setup.client_seed(client, server_round)
     metrics = {"num-examples": len(x), "emulated": int(not setup.library)}
     if is_int8(trainer):
@@ -119,6 +113,17 @@ def client_app(setup: FleetSetup) -> ClientApp:
         return client_reply(setup, msg, context)
 
     return app
+
+
+def strategy_class(strategy):
+    """A strategy's name ("fedavg", "fedprox", "fedadam") or a Flower strategy class derived
+    from FedAvg (FedTrimmedAvg, FedMedian, your own...) -> the class."""
+    if isinstance(strategy, str) and strategy in STRATEGIES:
+        return STRATEGIES[strategy]
+    if isinstance(strategy, type) and issubclass(strategy, FedAvg):
+        return strategy
+    raise UbitrainError(f"strategy={strategy!r}: choose one of {', '.join(STRATEGIES)}, or pass "
+                        "a Flower strategy class derived from flwr.serverapp.strategy.FedAvg")
 
 
 def metered(strategy_cls):
@@ -151,7 +156,7 @@ def metered(strategy_cls):
 
 @dataclass
 class ServerPlan:
-    strategy: str
+    strategy: object  # a name of STRATEGIES or a FedAvg subclass (strategy_class)
     rounds: int
     fraction_fit: float
     initial: dict[str, np.ndarray]
@@ -179,7 +184,7 @@ def run_server(plan: ServerPlan, clients: int, grid: Grid) -> None:
     random.seed(plan.seed)  # Flower samples the round's clients with `random`
     # Flower sizes a round's sample by the nodes connected at that moment: min_train_nodes
     # keeps the first round from starting with whichever clients came up first
-    merge = Int8FedAvg if plan.precision == "int8" else STRATEGIES[plan.strategy]
+    merge = Int8FedAvg if plan.precision == "int8" else strategy_class(plan.strategy)
     strategy = metered(merge)(
         fraction_train=plan.fraction_fit, fraction_evaluate=0.0,
         min_train_nodes=max(int(clients * plan.fraction_fit), 1),

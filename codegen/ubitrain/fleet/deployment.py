@@ -1,26 +1,27 @@
 """Flower's deployment engine on this machine: a SuperLink, one SuperNode process per client,
-each driving its own generated trainer (with `--emulated TARGET`, the last one drives that
-board under QEMU), and `flwr run` of the fleet's apps (deployed_apps.py). A phone or a board
-behind a gateway joins the same way: a SuperNode with its own node config (README, "A fleet").
-
-    python -m ubitrain.fleet.deployment [--clients 3] [--rounds 2] [--emulated cortex-m4]
+each driving its own generated trainer (with `emulated=TARGET`, the last one drives that
+board under its emulator), and `flwr run` of the fleet's apps (deployed_apps.py). A phone or
+a board behind a gateway joins the same way: a SuperNode with its own node config (README,
+"A fleet"). `ubitrain fleet --engine deployment` runs it.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
+import numpy as np
+
 import ubitrain as ub
 
 from .packages import fleet_package
+from .prepare import prepare
+from .result import FleetResult
 
 APP_TOML = """\
 [build-system]
@@ -67,35 +68,56 @@ def _wait_for_port(port: int, seconds: float, what: str):
 
 
 def _toml_value(v) -> str:
-    return json.dumps(v) if isinstance(v, str) else repr(v)
+    return json.dumps(v) if isinstance(v, (str, bool)) else repr(v)  # true, "text"
 
 
-def run_deployment(clients: int = 3, rounds: int = 2, local_steps: int = 5, batch: int = 16,
-                   lr: float = 0.05, momentum: float = 0.9, emulated: str | None = None,
-                   out_dir="build/fleet-deployment", seed: int = 0, log=print,
-                   timeout: float = 1800, kill=(), precision: str = "fp32") -> list[dict]:
-    """Start the SuperLink and the SuperNodes, run the fleet's apps on them, stop them; the
-    per-round metrics the ServerApp wrote. `kill`: (client, round) pairs whose ClientApp
-    process is killed mid-round (the SuperNode starts a new one the next round).
-    precision="int8": NITI clients, merged exactly in integers (int8_exchange.py)."""
+def run_deployment(model_factory, client_data, test_data=None, *, optimizer=None,
+                   rounds: int = 2, local_steps: int = 5, batch: int = 16, strategy="fedavg",
+                   strategy_args: dict | None = None, fraction_train: float = 1.0,
+                   sparse: bool = False, target: str = "host", emulated: str | None = None,
+                   precision: str = "fp32", rounding: str = "nearest",
+                   out_dir="build/fleet-deployment", seed: int = 0,
+                   progress: bool | None = False, log=print, timeout: float = 1800,
+                   kill=()) -> FleetResult:
+    """`run_fleet`'s federated training (the same arguments) under Flower's deployment
+    engine: start a SuperLink and one SuperNode process per client, each reading its own
+    shard file and driving its own trainer (`emulated`: the last one drives that target's
+    build under its emulator), run the fleet's apps on them with `flwr run`, stop them.
+    `kill`: (client, round) pairs whose ClientApp process is killed mid-round (the
+    SuperNode starts a new one the next round). No central yardstick here."""
+    from .simulate import check_run, clients_per_round, strategy_arguments
+
+    if not isinstance(strategy, str):
+        raise ub.UbitrainError(f"strategy={strategy!r}: the deployment engine's ServerApp runs "
+                               "in its own process; name one of fedavg, fedprox, fedadam")
+    check_run(rounds, local_steps, fraction_train, strategy, precision, rounding)
+    start_time = time.perf_counter()
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    compiled = dict(batch=batch, lr=lr, momentum=momentum, seed=seed, precision=precision)
-    if precision == "int8":  # NITI's schedule over the fleet's steps
-        from ..demo_int8 import niti_config
-        compiled["niti"] = niti_config(clients * local_steps * rounds, adaptive=False)
-    package, host = fleet_package(out_dir, "host", **compiled)
-    library = str(host.library)
+    clients = len(client_data) if isinstance(client_data, (list, tuple)) else 0
+    steps = clients_per_round(clients, fraction_train) * local_steps * rounds
+    prep = prepare(model_factory, client_data, test_data, out_dir=out_dir, target=target,
+                   precision=precision, optimizer=optimizer, batch=batch,
+                   local_steps=local_steps, sparse=sparse, seed=seed, progress=progress,
+                   total_steps=steps)
     device = None
     if emulated:  # its driver is built here; each round's ClientApp starts the emulator
-        device_package, board = fleet_package(out_dir, emulated, **compiled)
+        from ..training.sparse_update import SparseUpdate
+        device, board = fleet_package(
+            out_dir, emulated, model_factory, prep.shards[0][0].shape[1:], batch,
+            prep.optimizer, SparseUpdate(biases=True, last_layers=1) if sparse else None,
+            seed, progress, precision)
         board.close()
-        device = (device_package, "")
-    config = {"package": str(package), "library": library, "clients": clients,
-              "non-iid": -1.0, "seed": seed, "local-steps": local_steps, "batch": batch,
-              "lr": lr, "rounds": rounds, "strategy": "fedavg", "fraction-fit": 1.0,
-              "out-dir": str(out_dir), "kill": ",".join(f"{c}:{r}" for c, r in kill),
-              "precision": precision}
+    config = {"server-project": str(prep.evaluator.package.out_dir),
+              "server-library": str(prep.evaluator.library),
+              "project": str(prep.client_project),
+              "library": str(prep.client_library or ""), "data-dir": str(prep.data_dir),
+              "clients": clients, "seed": seed, "local-steps": local_steps, "batch": batch,
+              "lr": prep.local.lr, "rounds": rounds, "strategy": strategy,
+              "strategy-args": json.dumps(strategy_arguments(strategy, strategy_args,
+                                                             precision, rounding, seed)),
+              "fraction-fit": fraction_train, "sparse": sparse, "out-dir": str(out_dir),
+              "kill": ",".join(f"{c}:{r}" for c, r in kill), "precision": precision}
     app = out_dir / "app"
     app.mkdir(exist_ok=True)
     (app / "pyproject.toml").write_text(APP_TOML.format(
@@ -125,13 +147,13 @@ def run_deployment(clients: int = 3, rounds: int = 2, local_steps: int = 5, batc
         for i in range(clients):
             node = f"partition-id={i} num-partitions={clients}"
             if device and i == clients - 1:
-                node += f' package="{device[0]}" library="{device[1]}"'
+                node += f' project="{device}" library=""'
             start(f"supernode-{i}", ["flower-supernode", "--insecure",
                                      "--superlink", f"127.0.0.1:{port}",
                                      "--port", str(_free_port()), "--node-config", node])
         log(f"SuperLink on 127.0.0.1:{port}, {clients} SuperNodes"
-            + (f" (supernode-{clients - 1}: {emulated} under QEMU)" if emulated else "")
-            + f"; logs in {logs}")
+            + (f" (supernode-{clients - 1}: {emulated} under its emulator)" if emulated
+               else "") + f"; logs in {logs}")
         run = subprocess.run(["flwr", "run", str(app), "fleet", "--stream"], env=env,
                              cwd=out_dir, capture_output=True, text=True, timeout=timeout)
         (logs / "flwr-run.log").write_text(run.stdout + run.stderr)
@@ -141,10 +163,16 @@ def run_deployment(clients: int = 3, rounds: int = 2, local_steps: int = 5, batc
                                    f"{logs / 'flwr-run.log'}")
     rounds_done = json.loads(result.read_text())
     for m in rounds_done[1:]:
-        log(f"round {m['round']}/{rounds}: test accuracy {100 * m['accuracy']:.1f}%, "
-            f"{m['clients'] - m['failures']}/{m['clients']} clients ({m['emulated']} on an "
-            f"emulated board), {m['seconds']:.1f} s")
-    return rounds_done
+        tested = f"test accuracy {100 * m['accuracy']:.1f}%, " if "accuracy" in m else ""
+        log(f"round {m['round']}/{rounds}: {tested}{m['clients'] - m['failures']}/"
+            f"{m['clients']} clients ({m['emulated']} on an emulated board), "
+            f"{m['seconds']:.1f} s")
+    last = out_dir / "checkpoints" / f"round_{len(rounds_done) - 1:03d}.npz"
+    with np.load(last) as f:
+        model = dict(f)
+    fleet = FleetResult(rounds_done, model, out_dir, time.perf_counter() - start_time)
+    log(fleet.summary(clients))
+    return fleet
 
 
 def _stop(process: subprocess.Popen):
@@ -155,25 +183,3 @@ def _stop(process: subprocess.Popen):
         except subprocess.TimeoutExpired:
             process.kill()
 
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--local-steps", type=int, default=5)
-    parser.add_argument("--emulated", default=None, metavar="TARGET",
-                        help="the last SuperNode drives this target under its emulator")
-    parser.add_argument("--precision", choices=("fp32", "int8"), default="fp32",
-                        help="fp32 (SGD) or int8 (NITI) clients, as in `ubitrain fleet`")
-    parser.add_argument("--out-dir", default="build/fleet-deployment")
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    run_deployment(args.clients, args.rounds, args.local_steps, emulated=args.emulated,
-                   out_dir=args.out_dir, precision=args.precision)
-    print(f"deployment: {args.clients} SuperNodes, {args.rounds} rounds in "
-          f"{time.perf_counter() - start:.0f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
