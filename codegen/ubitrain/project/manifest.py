@@ -31,8 +31,9 @@ STATE_KINDS = ("parameter", "buffer", "optimizer_state")
 
 
 def _slot(slot) -> dict:
+    bound = slot.index_bound
     return {"name": slot.name, "shape": [int(d) for d in slot.shape], "dtype": str(slot.dtype),
-            "index_bound": slot.index_bound}
+            "index_bound": None if bound is None else int(bound)}
 
 
 def _state_tensors(package) -> list[dict]:
@@ -83,15 +84,15 @@ def manifest_of(package) -> dict:
         "model_name": package.model_name, "target": package.target,
         "precision": getattr(package, "precision", "fp32"),
         "inputs": [_slot(s) for s in package.inputs], "labels": _slot(package.labels),
-        "output": _slot(package.output), "classes": package.classes,
+        "output": _slot(package.output),
+        "classes": None if package.classes is None else int(package.classes),
         "trainable": list(package.trainable), "tensors": _state_tensors(package),
         "frozen_in_flash": list(package.frozen_in_flash), "aliases": dict(package.aliases),
-        "memory_plan": {"arena_bytes": plan.arena_bytes,
-                        "lower_bound_bytes": plan.lower_bound_bytes,
-                        "persistent_bytes": plan.persistent_bytes,
-                        "alignment": plan.alignment, "micro_batches": plan.micro_batches},
+        "memory_plan": {k: int(getattr(plan, k)) for k in (
+            "arena_bytes", "lower_bound_bytes", "persistent_bytes", "alignment",
+            "micro_batches")},
         "pages": sum(c.kernel == "ub_page_out" for c in train.calls) if train else 0,
-        "kernel_count": package.kernel_count,
+        "kernel_count": int(package.kernel_count),
     }
     if data["precision"] == "int8":
         program = package.layer_program
