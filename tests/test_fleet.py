@@ -119,14 +119,16 @@ def _blobs(n, seed, classes=4, features=12):
 @pytest.fixture(scope="module")
 def fleet_run(tmp_path_factory):
     """The API with a model and data of the caller's own: three simulated clients of uneven
-    shards, two rounds; client 1 crashes in round 2."""
+    shards, three rounds; client 1 crashes in round 2 (two of three answer: the round
+    merges them), clients 0 and 2 in round 3 (one of three: fewer than a majority, the round
+    fails)."""
     from ubitrain.fleet import run_fleet
 
     lines = []
     clients = [_blobs(n, seed) for n, seed in [(40, 1), (23, 2), (57, 3)]]
-    result = run_fleet(BlobNet, clients, _blobs(64, 4), rounds=2, local_steps=2, batch=16,
+    result = run_fleet(BlobNet, clients, _blobs(64, 4), rounds=3, local_steps=2, batch=16,
                        progress=False, out_dir=tmp_path_factory.mktemp("fleet") / "run",
-                       log=lines.append, faults={(1, 2)})
+                       log=lines.append, faults={(1, 2), (0, 3), (2, 3)})
     return result, lines
 
 
@@ -155,8 +157,10 @@ def test_the_servers_model_is_pytorch_fedavg_of_the_clients_updates_bit_for_bit(
     result, _ = fleet_run
     replies = result.strategy.replies
     assert [len(replies[1]), len(replies[2])] == [3, 2]  # the crashed client is left out
+    assert 3 not in replies  # the failed round merged nothing
     after_round_1 = np.load(result.out_dir / "checkpoints" / "round_001.npz")
-    for round_, model in [(1, dict(after_round_1)), (2, result.model)]:
+    after_round_2 = np.load(result.out_dir / "checkpoints" / "round_002.npz")
+    for round_, model in [(1, dict(after_round_1)), (2, dict(after_round_2))]:
         want = _torch_fedavg(replies[round_])
         assert sorted(want) == sorted(model)
         for k, v in want.items():
@@ -183,12 +187,28 @@ def test_what_a_client_sends_is_what_its_trainer_computed(fleet_run):
 
 def test_the_run_reports_each_round_and_ends_with_the_fleet_line(fleet_run):
     result, lines = fleet_run
-    assert [m["failures"] for m in result.rounds[1:]] == [0, 1]
+    assert [m["failures"] for m in result.rounds[1:]] == [0, 1, 2]
     assert all(m["bytes_up"] > 0 and m["bytes_down"] > 0 for m in result.rounds[1:])
-    assert lines[-1] == (f"fleet: 3 clients, 2 rounds, test accuracy "
+    assert lines[-1] == (f"fleet: 3 clients, 3 rounds, test accuracy "
                          f"{100 * result.accuracy:.1f}% (centralized "
                          f"{100 * result.central_accuracy:.1f}%)")
-    assert sum(line.startswith("round ") for line in lines) == 2
+    assert sum(line.startswith("round ") for line in lines) == 3
+
+
+def test_a_round_that_too_few_clients_answered_fails_and_the_model_stays(fleet_run):
+    """Round 3: one of three clients answered, fewer than a majority: the round fails (its
+    line says so), and the global model is round 2's, not client 1's update alone."""
+    result, lines = fleet_run
+    assert [bool(m.get("failed")) for m in result.rounds[1:]] == [False, False, True]
+    assert "1 of 3 clients sent an update it could merge, at least 2 needed" in \
+        result.rounds[3]["failed"]
+    round_3 = next(line for line in lines if line.startswith("round 3/3"))
+    assert "1/3 clients" in round_3 and "FAILED" in round_3
+    assert any(line.startswith("warning: 1 of 3 rounds failed") for line in lines)
+    after_2, after_3 = (np.load(result.out_dir / "checkpoints" / f"round_00{r}.npz")
+                        for r in (2, 3))
+    assert all(np.array_equal(after_2[k], after_3[k]) and
+               np.array_equal(after_3[k], result.model[k]) for k in after_2.files)
 
 
 def test_a_sparse_update_sends_the_trained_parameters_and_the_buffers(tmp_path):
@@ -212,9 +232,16 @@ def test_the_deployment_engine_runs_rounds_with_supernode_processes(tmp_path):
 
     require_tools("cortex-m4")
     shards, test = _digits_shards(2)
-    rounds = run_deployment(DigitsCNN, shards, test, rounds=3, local_steps=3,
-                            emulated="cortex-m4", out_dir=tmp_path / "deploy",
-                            log=lambda line: None, kill=((0, 2),)).rounds
+    out = tmp_path / "deploy"
+    result = run_deployment(DigitsCNN, shards, test, rounds=3, local_steps=3,
+                            emulated="cortex-m4", out_dir=out, log=lambda line: None,
+                            kill=((0, 2),), min_clients=1, intruders=1)
+    # TLS and SuperNode authentication: a SuperNode whose key nobody registered is refused
+    assert result.refused == ["intruder-0"]
+    superlink = (out / "logs" / "superlink.log").read_text()
+    assert "running on https://127.0.0.1:" in superlink  # TLS, on the loopback
+    assert "No SuperNode found with the given public key" in superlink
+    rounds = result.rounds
     assert [m["round"] for m in rounds] == [0, 1, 2, 3]
     assert [(m["clients"], m["failures"], m["emulated"]) for m in rounds[1:]] == [
         (2, 0, 1), (2, 1, 1), (2, 0, 1)]

@@ -13,7 +13,13 @@ clients' data.
     packages.py  the compiled model a client receives: the project's directory (package.json)
     data.py      the clients' shards: checked, split (IID or Dirichlet by label), one file each
     local.py     one client's round: load the global tensors, train in C, return the update
-    apps.py      Flower's ClientApp and ServerApp around them (FedAvg, FedProx, FedAdam)
+    apps.py      Flower's ClientApp around it (faults for tests, Flower's clipping mod for DP)
+    server.py    Flower's ServerApp: strategies (FedAvg, FedProx, FedAdam, ...), failed rounds,
+                 float32 downlink, checkpoints, Ctrl-C
+    screening.py the updates the server refuses: non-finite, far larger than the others'
+    inline.py    an in-process Grid: rounds without Ray (tests, measurements)
+    security.py  the deployment engine's TLS certificates and SuperNode keys
+    lock.py      one run an out-dir at a time
     int8_exchange.py  int8 (NITI) clients: int8 weights and exponents exchanged, merged
                  exactly in integers (Int8FedAvg), the fleet's NITI step count
     evaluation.py  the server's test metrics

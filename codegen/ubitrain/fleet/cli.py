@@ -69,6 +69,23 @@ def add_fleet_parser(sub, formatter):
     f.add_argument("--emulated", default=None, metavar="TARGET",
                    help="--engine deployment: the last SuperNode drives a TARGET build under "
                         "its emulator (e.g. cortex-m4)")
+    f.add_argument("--min-clients", type=int, default=None, metavar="N",
+                   help="a round fails (the global model stays) when fewer than N clients "
+                        "sent an update it merges (default: a majority of the round's)")
+    f.add_argument("--screen", choices=("norm", "finite", "none"), default="norm",
+                   help="updates the server refuses: norm (default: NaN/inf, or a norm over "
+                        "10x the others' median), finite (NaN/inf only), none")
+    f.add_argument("--dp-noise", type=float, default=None, metavar="Z",
+                   help="differential privacy (Flower's, client-side clipping): the noise "
+                        "multiplier; with --dp-clip")
+    f.add_argument("--dp-clip", type=float, default=None, metavar="C",
+                   help="differential privacy: the clipping norm of each client's update")
+    f.add_argument("--ssl-ca-certfile", default=None, metavar="FILE",
+                   help="--engine deployment: your CA (PEM); with --ssl-certfile and "
+                        "--ssl-keyfile, the SuperLink's certificate and key (default: made "
+                        "for this run, for 127.0.0.1)")
+    f.add_argument("--ssl-certfile", default=None, metavar="FILE")
+    f.add_argument("--ssl-keyfile", default=None, metavar="FILE")
     f.add_argument("--out-dir", default="build/fleet",
                    help="trainer, checkpoints and accuracy.png (default build/fleet)")
     f.add_argument("--seed", type=int, default=0, help="seed of the split, weights, batches")
@@ -100,6 +117,13 @@ def cmd_fleet(args, load_factory, data, default_model: dict) -> int:
         raise UbitrainError("--emulated TARGET puts one SuperNode of the deployment engine on "
                             "an emulated board: add --engine deployment (or use --target "
                             "TARGET to run every simulated client on it)")
+    if (args.dp_noise is None) != (args.dp_clip is None):
+        raise UbitrainError("--dp-noise and --dp-clip go together: the noise multiplier and "
+                            "the clipping norm of Flower's differential privacy")
+    tls = [args.ssl_ca_certfile, args.ssl_certfile, args.ssl_keyfile]
+    if any(tls) and (not all(tls) or args.engine != "deployment"):
+        raise UbitrainError("--ssl-ca-certfile, --ssl-certfile and --ssl-keyfile go together, "
+                            "with --engine deployment (the simulation has no network)")
     model = load_factory(args.model) if args.model else default_model[args.precision]
     x_train, y_train, x_test, y_test = data(args.seed)
     shards = split_dataset(x_train, y_train, args.clients, args.non_iid, args.seed)
@@ -109,11 +133,17 @@ def cmd_fleet(args, load_factory, data, default_model: dict) -> int:
                   if args.strategy == "fedprox" else None,
                   fraction_train=args.fraction_fit, sparse=args.sparse,
                   precision=args.precision, rounding=args.int8_rounding, out_dir=args.out_dir,
-                  seed=args.seed, progress=False if args.no_progress else None)
+                  seed=args.seed, progress=False if args.no_progress else None,
+                  min_clients=args.min_clients,
+                  screen=None if args.screen == "none" else args.screen,
+                  dp=None if args.dp_noise is None else {"noise_multiplier": args.dp_noise,
+                                                         "clipping_norm": args.dp_clip})
     if args.engine == "deployment":
         from .deployment import run_deployment
+        from .security import Certificates
         run_deployment(model, shards, (x_test, y_test), target=args.target,
-                       emulated=args.emulated, **common)
+                       emulated=args.emulated,
+                       certificates=Certificates(*tls) if all(tls) else None, **common)
     else:
         from .simulate import run_fleet
         run_fleet(model, shards, (x_test, y_test), target=args.target, verbose=args.verbose,

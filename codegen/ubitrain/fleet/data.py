@@ -81,6 +81,11 @@ def checked_data(client_data, test_data):
     return shards, test
 
 
+def classes_in(shards, test) -> int:
+    """1 + the largest label any client or the test set holds."""
+    return 1 + max(int(y.max()) for _, y in shards + ([test] if test is not None else []))
+
+
 def shard_file(directory: Path, client: int) -> Path:
     return Path(directory) / f"client_{client:05d}.npz"
 

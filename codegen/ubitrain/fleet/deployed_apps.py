@@ -17,8 +17,9 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from .apps import FleetSetup, ServerPlan, client_reply, run_server
+from .apps import FleetSetup, client_reply, clipping_mod
 from .local import LocalTraining
+from .server import ServerPlan, run_server
 
 
 def setup_from(config) -> FleetSetup:
@@ -31,7 +32,7 @@ def setup_from(config) -> FleetSetup:
                       faults=kills, kill_on_fault=True)
 
 
-client = ClientApp()
+client = ClientApp(mods=[clipping_mod])
 
 
 @client.train()
@@ -53,6 +54,7 @@ def main(grid: Grid, context: Context) -> None:
     from .int8_exchange import exchanged_int8_names, initial_int8_model, without_step
     from .local import exchanged_names
     from .packages import open_trainer
+    from .simulate import round_line
 
     config = context.run_config
     seed, sparse = int(config["seed"]), bool(config["sparse"])
@@ -73,14 +75,14 @@ def main(grid: Grid, context: Context) -> None:
         return {"round": server_round, **model_metrics(evaluator, test, tensors)}
 
     def report(m):
-        tested = f"test accuracy {100 * m['accuracy']:.1f}%, " if "accuracy" in m else ""
-        print(f"round {m['round']}/{config['rounds']}: {tested}{m['clients'] - m['failures']}/"
-              f"{m['clients']} clients ({m['emulated']} emulated), {m['seconds']:.1f} s",
-              flush=True)
+        print(round_line(m, int(config["rounds"]), "an emulated board"), flush=True)
 
+    min_clients = int(config["min-clients"])
     plan = ServerPlan(str(config["strategy"]), int(config["rounds"]),
                       float(config["fraction-fit"]), initial, evaluate, out_dir / "checkpoints",
                       strategy_args=json.loads(config["strategy-args"]), seed=seed,
-                      on_round=report, precision=config["precision"])
+                      on_round=report, precision=config["precision"],
+                      min_clients=min_clients if min_clients > 0 else None,
+                      screen=json.loads(config["screen"]), dp=json.loads(config["dp"]))
     run_server(plan, int(config["clients"]), grid)
     (out_dir / "rounds.json").write_text(json.dumps(plan.result["rounds"], indent=1))

@@ -5,6 +5,7 @@ project's directory (C sources, weights.bin, package.json) and loads it with
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
@@ -22,6 +23,28 @@ def fresh_model(model_factory, seed: int):
         raise UbitrainError(f"model_factory() returned a {type(model).__name__}; it must "
                             "return a torch.nn.Module (a new one at each call)")
     return model
+
+
+def check_classes(model, sample_shape, batch: int, classes: int) -> None:
+    """The model's output has a logit for every class of the data: refused up front (one
+    forward pass of a copy in PyTorch) rather than after the compile."""
+    probe = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        try:
+            out = probe(torch.zeros((batch, *sample_shape)))
+        except Exception as err:  # noqa: BLE001 - the user's model, told in one line
+            raise UbitrainError(f"model_factory()'s module does not take the fleet's samples "
+                                f"(a batch of shape {[batch, *sample_shape]}): "
+                                f"{type(err).__name__}: {err}") from None
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != batch:
+        raise UbitrainError(f"model_factory()'s module returns "
+                            f"{list(getattr(out, 'shape', [])) or type(out).__name__} for a "
+                            f"batch of {batch}; a fleet trains classifiers: it must return "
+                            f"logits [{batch}, classes]")
+    if out.shape[1] < classes:
+        raise UbitrainError(f"model_factory()'s module gives {out.shape[1]} class logits, but "
+                            f"the data has labels up to {classes - 1}: give a model with "
+                            f"{classes} outputs (or data with fewer classes)")
 
 
 def fleet_package(out_dir: Path, target: str, model_factory, sample_shape, batch: int,

@@ -13,10 +13,10 @@ import ubitrain as ub
 
 from ..errors import UbitrainError
 from ..training.sparse_update import SparseUpdate
-from .data import checked_data, save_shards
+from .data import checked_data, classes_in, save_shards
 from .int8_exchange import exchanged_int8_names, initial_int8_model
 from .local import LocalTraining, exchanged_names
-from .packages import fleet_package, fresh_model
+from .packages import check_classes, fleet_package, fresh_model
 
 PRECISIONS = ("fp32", "int8")
 NITI_MU = (5, 4, 3)
@@ -76,6 +76,7 @@ def prepare(model_factory, client_data, test_data, *, out_dir: Path, target: str
     optimizer = fleet_optimizer(optimizer, precision, total_steps)
     sample_shape = shards[0][0].shape[1:]
     model = fresh_model(model_factory, seed)
+    check_classes(model, sample_shape, batch, classes_in(shards, test))
     compiled = dict(model_factory=model_factory, sample_shape=sample_shape, batch=batch,
                     optimizer=optimizer, seed=seed, progress=progress, precision=precision,
                     trainable=SparseUpdate(biases=True, last_layers=1) if sparse else None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,7 @@ class FleetResult:
     plot: Path | None = None
     strategy: object = None  # the server's strategy (simulation): `replies` by round
     setup: object = None  # the clients' FleetSetup (simulation)
+    refused: list[str] = field(default_factory=list)  # SuperNodes refused (deployment)
 
     @property
     def accuracy(self) -> float | None:
