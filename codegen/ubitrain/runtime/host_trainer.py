@@ -51,7 +51,7 @@ def _ptr(a: np.ndarray):
     return ctypes.c_void_p(a.ctypes.data)
 
 
-def _pages(package) -> bool:
+def _step_pages(package) -> bool:
     """Whether the step pages tensors out to storage: its train program calls ub_page_out;
     a package loaded from its project (project/manifest.py) has no programs, and its
     manifest's count instead."""
@@ -96,7 +96,7 @@ class HostTrainer(TrainerBase):
         self._check(init(ctypes.byref(self.ctx), _ptr(self.arena),
                          ctypes.c_size_t(self.arena.nbytes), ctypes.c_uint64(seed)), "init")
         self._pages = None
-        if _pages(package):
+        if _step_pages(package):
             self._set_page_storage()
 
     def _set_page_storage(self):
