@@ -4,9 +4,9 @@ the peak memory of every process of the run: this one, Ray's servers and its wor
 
     python benchmarks/fleet.py [--runs iid noniid sparse many int8] [--out results/fleet.json]
 
-Each run is `ubitrain.fleet.simulate.run_fleet` (what `ubitrain fleet` runs); the first
-round's seconds include starting Ray's workers, so the per-round time is the median of the
-others.
+Each run is `ubitrain.fleet.run_fleet` on the digits demo's data and CNN (what `ubitrain
+fleet` runs); the first round's seconds include starting Ray's workers, so the per-round time
+is the median of the others.
 """
 
 import argparse
@@ -19,15 +19,28 @@ from pathlib import Path
 
 from _results import write_json
 
-from ubitrain.fleet.simulate import run_fleet
+import ubitrain as ub
+from ubitrain.demo import load_data
+from ubitrain.fleet import run_fleet, split_dataset
+from ubitrain.zoo import DigitsCNN, DigitsCNNNiti
 
-RUNS = {  # name: run_fleet arguments
+RUNS = {  # name: the split (clients, non_iid) and run_fleet's arguments
     "iid": dict(clients=20, rounds=8),
     "noniid": dict(clients=20, rounds=8, non_iid=0.5),
     "sparse": dict(clients=20, rounds=8, sparse=True),
-    "many": dict(clients=100, rounds=4, fraction_fit=1.0, local_steps=5),
+    "many": dict(clients=100, rounds=4, fraction_train=1.0, local_steps=5),
     "int8": dict(clients=20, rounds=8, precision="int8"),
 }
+
+
+def digits_run(clients: int, non_iid: float | None = None, seed: int = 0, **kwargs):
+    """`ubitrain fleet`'s run: the digits split over `clients`, the demo's CNN."""
+    x_train, y_train, x_test, y_test = load_data(seed)
+    shards = split_dataset(x_train, y_train, clients, non_iid, seed)
+    int8 = kwargs.get("precision") == "int8"
+    return run_fleet(DigitsCNNNiti if int8 else DigitsCNN, shards, (x_test, y_test),
+                     optimizer=None if int8 else ub.SGD(lr=0.05, momentum=0.9), seed=seed,
+                     **kwargs)
 
 
 def tree_rss_bytes(root: int) -> int:
@@ -79,12 +92,12 @@ def main():
     for name in args.runs:
         with tempfile.TemporaryDirectory() as tmp, PeakMemory() as memory:
             start = time.perf_counter()
-            r = run_fleet(**RUNS[name], out_dir=Path(tmp) / name, progress=False,
-                          log=lambda line: None)
+            r = digits_run(**RUNS[name], out_dir=Path(tmp) / name, progress=False,
+                           log=lambda line: None)
             seconds = time.perf_counter() - start
-        rounds = r["rounds"][1:]
-        row = dict(run=name, **RUNS[name], accuracy=r["accuracy"],
-                   central_accuracy=r["central_accuracy"],
+        rounds = r.rounds[1:]
+        row = dict(run=name, **RUNS[name], accuracy=r.accuracy,
+                   central_accuracy=r.central_accuracy,
                    bytes_up_per_round=statistics.median(m["bytes_up"] for m in rounds),
                    bytes_down_per_round=statistics.median(m["bytes_down"] for m in rounds),
                    first_round_s=rounds[0]["seconds"],

@@ -95,16 +95,50 @@ def test_a_local_round_trains_like_pytorch(digits_trainers, momentum, mu):
         assert err < 1e-4, (k, err)
 
 
+class BlobNet(torch.nn.Module):
+    """Not the digits demo's: a small MLP with BatchNorm (whose statistics travel too)."""
+
+    def __init__(self, features=12, classes=4):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(features, 16),
+                                        torch.nn.BatchNorm1d(16), torch.nn.ReLU())
+        self.head = torch.nn.Linear(16, classes)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def _blobs(n, seed, classes=4, features=12):
+    """Gaussian blobs, one per class: (x float32, y int64)."""
+    rng = np.random.default_rng(seed)
+    centres = np.random.default_rng(99).standard_normal((classes, features)) * 2
+    y = rng.integers(0, classes, n)
+    return (centres[y] + rng.standard_normal((n, features))).astype(np.float32), y
+
+
 @pytest.fixture(scope="module")
 def fleet_run(tmp_path_factory):
-    """Three simulated clients, two rounds; client 1 crashes in round 2."""
-    from ubitrain.fleet.simulate import run_fleet
+    """The API with a model and data of the caller's own: three simulated clients of uneven
+    shards, three rounds; client 1 crashes in round 2 (two of three answer: the round
+    merges them), clients 0 and 2 in round 3 (one of three: fewer than a majority, the round
+    fails)."""
+    from ubitrain.fleet import run_fleet
 
     lines = []
-    result = run_fleet(clients=3, rounds=2, local_steps=2, batch=16, progress=False,
-                       out_dir=tmp_path_factory.mktemp("fleet") / "run", log=lines.append,
-                       faults={(1, 2)})
+    clients = [_blobs(n, seed) for n, seed in [(40, 1), (23, 2), (57, 3)]]
+    result = run_fleet(BlobNet, clients, _blobs(64, 4), rounds=3, local_steps=2, batch=16,
+                       progress=False, out_dir=tmp_path_factory.mktemp("fleet") / "run",
+                       log=lines.append, faults={(1, 2), (0, 3), (2, 3)})
     return result, lines
+
+
+def _digits_shards(clients, seed=0):
+    """The digits demo's data split IID over `clients`: (shards, test)."""
+    from ubitrain.demo import load_data
+    from ubitrain.fleet import split_dataset
+
+    x_train, y_train, x_test, y_test = load_data(seed)
+    return split_dataset(x_train, y_train, clients, None, seed), (x_test, y_test)
 
 
 def _torch_fedavg(replies):
@@ -121,39 +155,60 @@ def _torch_fedavg(replies):
 
 def test_the_servers_model_is_pytorch_fedavg_of_the_clients_updates_bit_for_bit(fleet_run):
     result, _ = fleet_run
-    replies = result["strategy"].replies
+    replies = result.strategy.replies
     assert [len(replies[1]), len(replies[2])] == [3, 2]  # the crashed client is left out
-    after_round_1 = np.load(f"{result['out_dir']}/checkpoints/round_001.npz")
-    for round_, model in [(1, dict(after_round_1)), (2, result["model"])]:
+    assert 3 not in replies  # the failed round merged nothing
+    after_round_1 = np.load(result.out_dir / "checkpoints" / "round_001.npz")
+    after_round_2 = np.load(result.out_dir / "checkpoints" / "round_002.npz")
+    for round_, model in [(1, dict(after_round_1)), (2, dict(after_round_2))]:
         want = _torch_fedavg(replies[round_])
         assert sorted(want) == sorted(model)
         for k, v in want.items():
             np.testing.assert_array_equal(model[k], v, err_msg=f"round {round_}: {k}")
 
 
-def test_what_a_client_sends_is_what_its_trainer_computed(fleet_run, digits_trainers):
-    """Round 1, redone in this process from the initial model with client 0's batches: the
-    update that crossed Flower's messages is the trainer's own, bit for bit."""
-    from ubitrain.fleet.apps import trainer_and_shards
+def test_what_a_client_sends_is_what_its_trainer_computed(fleet_run):
+    """Round 1, redone in this process from the initial model with client 0's batches (its
+    trainer loaded from the project's files, its shard from its own file): the update that
+    crossed Flower's messages is the trainer's own, bit for bit."""
+    from ubitrain.fleet.apps import client_shard, client_trainer
+    from ubitrain.fleet.data import shard_file
 
     result, _ = fleet_run
-    setup = result["setup"]
-    trainer, shards = trainer_and_shards(setup)
-    x, y = shards[0]
-    initial = dict(np.load(f"{result['out_dir']}/checkpoints/round_000.npz"))
+    setup = result.setup
+    trainer = client_trainer(setup)
+    x, y = client_shard(shard_file(setup.data_dir, 0))
+    assert len(x) == 40 and trainer.package.manifest["model_name"] == "host"
+    initial = dict(np.load(result.out_dir / "checkpoints" / "round_000.npz"))
     update, _ = local_round(trainer, initial, x, y, setup.local, seed=setup.client_seed(0, 1))
-    sent = [u for u, n in result["strategy"].replies[1] if n == len(x)]
+    sent = [u for u, n in result.strategy.replies[1] if n == len(x)]
     assert any(all(np.array_equal(u[k], update[k]) for k in update) for u in sent)
 
 
 def test_the_run_reports_each_round_and_ends_with_the_fleet_line(fleet_run):
     result, lines = fleet_run
-    assert [m["failures"] for m in result["rounds"][1:]] == [0, 1]
-    assert all(m["bytes_up"] > 0 and m["bytes_down"] > 0 for m in result["rounds"][1:])
-    assert lines[-1] == (f"fleet: 3 clients, 2 rounds, test accuracy "
-                         f"{100 * result['accuracy']:.1f}% (centralized "
-                         f"{100 * result['central_accuracy']:.1f}%)")
-    assert sum(line.startswith("round ") for line in lines) == 2
+    assert [m["failures"] for m in result.rounds[1:]] == [0, 1, 2]
+    assert all(m["bytes_up"] > 0 and m["bytes_down"] > 0 for m in result.rounds[1:])
+    assert lines[-1] == (f"fleet: 3 clients, 3 rounds, test accuracy "
+                         f"{100 * result.accuracy:.1f}% (centralized "
+                         f"{100 * result.central_accuracy:.1f}%)")
+    assert sum(line.startswith("round ") for line in lines) == 3
+
+
+def test_a_round_that_too_few_clients_answered_fails_and_the_model_stays(fleet_run):
+    """Round 3: one of three clients answered, fewer than a majority: the round fails (its
+    line says so), and the global model is round 2's, not client 1's update alone."""
+    result, lines = fleet_run
+    assert [bool(m.get("failed")) for m in result.rounds[1:]] == [False, False, True]
+    assert "1 of 3 clients sent an update it could merge, at least 2 needed" in \
+        result.rounds[3]["failed"]
+    round_3 = next(line for line in lines if line.startswith("round 3/3"))
+    assert "1/3 clients" in round_3 and "FAILED" in round_3
+    assert any(line.startswith("warning: 1 of 3 rounds failed") for line in lines)
+    after_2, after_3 = (np.load(result.out_dir / "checkpoints" / f"round_00{r}.npz")
+                        for r in (2, 3))
+    assert all(np.array_equal(after_2[k], after_3[k]) and
+               np.array_equal(after_3[k], result.model[k]) for k in after_2.files)
 
 
 def test_a_sparse_update_sends_the_trained_parameters_and_the_buffers(tmp_path):
@@ -176,8 +231,17 @@ def test_the_deployment_engine_runs_rounds_with_supernode_processes(tmp_path):
     from ubitrain.fleet.deployment import run_deployment
 
     require_tools("cortex-m4")
-    rounds = run_deployment(clients=2, rounds=3, local_steps=3, emulated="cortex-m4",
-                            out_dir=tmp_path / "deploy", log=lambda line: None, kill=((0, 2),))
+    shards, test = _digits_shards(2)
+    out = tmp_path / "deploy"
+    result = run_deployment(DigitsCNN, shards, test, rounds=3, local_steps=3,
+                            emulated="cortex-m4", out_dir=out, log=lambda line: None,
+                            kill=((0, 2),), min_clients=1, intruders=1)
+    # TLS and SuperNode authentication: a SuperNode whose key nobody registered is refused
+    assert result.refused == ["intruder-0"]
+    superlink = (out / "logs" / "superlink.log").read_text()
+    assert "running on https://127.0.0.1:" in superlink  # TLS, on the loopback
+    assert "No SuperNode found with the given public key" in superlink
+    rounds = result.rounds
     assert [m["round"] for m in rounds] == [0, 1, 2, 3]
     assert [(m["clients"], m["failures"], m["emulated"]) for m in rounds[1:]] == [
         (2, 0, 1), (2, 1, 1), (2, 0, 1)]
@@ -188,10 +252,12 @@ def test_int8_clients_under_the_deployment_engine(tmp_path):
     """The same int8 apps on real SuperNode processes: the global model stays int8 at the
     initial exponents, and its NITI step count is what the fleet ran."""
     from ubitrain.fleet.deployment import run_deployment
+    from ubitrain.zoo import DigitsCNNNiti
 
     out = tmp_path / "deploy"
-    rounds = run_deployment(clients=2, rounds=1, local_steps=2, out_dir=out,
-                            log=lambda line: None, precision="int8")
+    shards, test = _digits_shards(2)
+    rounds = run_deployment(DigitsCNNNiti, shards, test, rounds=1, local_steps=2, out_dir=out,
+                            log=lambda line: None, precision="int8").rounds
     assert [(m["round"], m.get("clients"), m.get("failures")) for m in rounds] == [
         (0, None, None), (1, 2, 0)]
     start, end = (np.load(out / "checkpoints" / f"round_00{r}.npz") for r in (0, 1))
@@ -200,6 +266,93 @@ def test_int8_clients_under_the_deployment_engine(tmp_path):
     assert weights and all(end[k].dtype == np.int8 for k in weights)
     assert any((end[k] != start[k]).any() for k in weights)  # the round trained
     assert all((end[k] == start[k]).all() for k in end.files if k.endswith(".exponent"))
+
+
+# ---- what a client receives: the compiled project's files -------------------------------------
+
+
+def _copied_project(pkg, where):
+    """The project's files (not its build directories) copied to `where`."""
+    import shutil
+
+    shutil.copytree(pkg.out_dir, where, ignore=shutil.ignore_patterns("build*"))
+    return where
+
+
+def _same_training(original, loaded, steps=2):
+    rng = np.random.default_rng(3)
+    batch = original.package.inputs[0].shape
+    for _ in range(steps):
+        x = rng.standard_normal(batch).astype(np.float32)
+        y = rng.integers(0, 10, batch[0])
+        assert original.step(x, y) == loaded.step(x, y)
+    a, b = original.parameters(), loaded.parameters()
+    assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_a_project_copied_elsewhere_loads_builds_and_trains_the_same(digits_trainers, tmp_path):
+    """ub.load_package on a copy of the project's files (C, weights.bin, package.json): a
+    Package whose build() trains as the compiled package's trainer does, bit for bit."""
+    pkg = digits_trainers(0.9)[0].package
+    loaded = ub.load_package(_copied_project(pkg, tmp_path / "elsewhere"))
+    assert loaded.out_dir == (tmp_path / "elsewhere").resolve()
+    assert (loaded.model_name, loaded.classes, loaded.trainable) == (
+        pkg.model_name, pkg.classes, pkg.trainable)
+    original, copy = pkg.build(), loaded.build()
+    assert copy.library.parent.parent == loaded.out_dir  # built there, not at the original
+    table = sorted((name, kind, np.dtype(dtype).name, list(shape))
+                   for name, kind, dtype, shape, _ in copy.tensors)
+    kinds = {"parameter": 0, "buffer": 1, "optimizer_state": 2}
+    assert table == sorted((t["name"], kinds[t["kind"]], t["dtype"], t["shape"])
+                           for t in loaded.manifest["tensors"])
+    _same_training(original, copy)
+
+
+def test_an_int8_project_copied_elsewhere_trains_the_same(int8_trainers, tmp_path):
+    pkg = int8_trainers[0]
+    loaded = ub.load_package(_copied_project(pkg, tmp_path / "int8"))
+    assert loaded.precision == "int8" and loaded.config == pkg.config
+    assert list(loaded.layer_program.weights) == list(pkg.layer_program.weights)
+    with pkg.build() as original, loaded.build() as copy:
+        _same_training(original, copy)
+        assert np.array_equal(original.int8_state()["niti.state"],
+                              copy.int8_state()["niti.state"])
+
+
+def test_a_project_missing_a_file_or_changed_is_refused(digits_trainers, tmp_path):
+    pkg = digits_trainers(0.9)[0].package
+    where = _copied_project(pkg, tmp_path / "part")
+    (where / "weights.bin").write_bytes(b"\0" * 16)
+    with pytest.raises(ub.UbitrainError, match="weights.bin.*copy the whole project again"):
+        ub.load_package(where)
+    (where / "package.json").unlink()
+    with pytest.raises(ub.UbitrainError, match="holds no package.json"):
+        ub.load_package(where)
+
+
+def test_the_fleet_imports_neither_the_demo_nor_the_zoo_nor_the_cli():
+    """The fleet is an API: the digits demo is the command line's use of it, and fleet/cli.py
+    no longer imports ubitrain.cli (which imports it). Every import of every module of the
+    package, at the top or inside a function, read from its source."""
+    import ast
+    from pathlib import Path
+
+    import ubitrain.fleet
+
+    imported = set()
+    for path in Path(ubitrain.fleet.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = "ubitrain.fleet" if node.level == 1 else "ubitrain" \
+                    if node.level == 2 else ""
+                module = ".".join(p for p in (base, node.module or "") if p)
+                imported |= {module} | {f"{module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names}
+    assert "ubitrain.fleet.simulate" in imported  # the walk sees relative imports
+    assert not {m for m in imported for banned in ("ubitrain.demo", "ubitrain.zoo",
+                                                   "ubitrain.cli")
+                if m == banned or m.startswith(banned + ".")}
 
 
 # ---- int8 (NITI) clients ------------------------------------------------------------------------
@@ -360,20 +513,22 @@ def test_a_client_resets_the_niti_state_at_the_fleets_step_count(int8_trainers):
 
 @pytest.fixture(scope="module")
 def int8_fleet_run(tmp_path_factory):
-    """Three int8 clients, two rounds of three local steps."""
-    from ubitrain.fleet.simulate import run_fleet
+    """Three int8 clients of the digits, two rounds of three local steps."""
+    from ubitrain.fleet import run_fleet
+    from ubitrain.zoo import DigitsCNNNiti
 
     lines = []
-    result = run_fleet(clients=3, rounds=2, local_steps=3, batch=16, progress=False,
-                       precision="int8", out_dir=tmp_path_factory.mktemp("fleet") / "int8run",
-                       log=lines.append)
+    shards, test = _digits_shards(3)
+    result = run_fleet(DigitsCNNNiti, shards, test, rounds=2, local_steps=3, batch=16,
+                       progress=False, precision="int8",
+                       out_dir=tmp_path_factory.mktemp("fleet") / "int8run", log=lines.append)
     return result, lines
 
 
 def test_the_int8_servers_model_is_the_rule_applied_to_the_clients_updates(int8_fleet_run):
     result, lines = int8_fleet_run
-    replies = result["strategy"].replies
-    checkpoints = [dict(np.load(f"{result['out_dir']}/checkpoints/round_{r:03d}.npz"))
+    replies = result.strategy.replies
+    checkpoints = [dict(np.load(result.out_dir / "checkpoints" / f"round_{r:03d}.npz"))
                    for r in range(3)]
     assert [int(c["niti.step"][0]) for c in checkpoints] == [0, 9, 18]
     for round_ in (1, 2):
@@ -388,26 +543,27 @@ def test_the_int8_servers_model_is_the_rule_applied_to_the_clients_updates(int8_
                    if k.endswith(".exponent"))
     assert any(not np.array_equal(checkpoints[2][k], checkpoints[0][k]) for k in want)
     assert lines[-1] == (f"fleet: 3 clients, 2 rounds, test accuracy "
-                         f"{100 * result['accuracy']:.1f}% (centralized "
-                         f"{100 * result['central_accuracy']:.1f}%)")
+                         f"{100 * result.accuracy:.1f}% (centralized "
+                         f"{100 * result.central_accuracy:.1f}%)")
 
 
 def test_an_int8_client_trains_from_the_global_model_at_the_fleets_step(int8_fleet_run):
     """Round 2, redone in this process from round 1's global model with client 1's batches:
     the update that crossed Flower's messages is the trainer's own, and the trainer's step
     counter went on from the fleet's 9 steps."""
-    from ubitrain.fleet.apps import trainer_and_shards
+    from ubitrain.fleet.apps import client_shard, client_trainer
+    from ubitrain.fleet.data import shard_file
     from ubitrain.fleet.int8_exchange import int8_local_round
 
     result, _ = int8_fleet_run
-    setup = result["setup"]
-    trainer, shards = trainer_and_shards(setup)
-    x, y = shards[1]
-    global_model = dict(np.load(f"{result['out_dir']}/checkpoints/round_001.npz"))
+    setup = result.setup
+    trainer = client_trainer(setup)
+    x, y = client_shard(shard_file(setup.data_dir, 1))
+    global_model = dict(np.load(result.out_dir / "checkpoints" / "round_001.npz"))
     update, _ = int8_local_round(trainer, global_model, x, y, setup.local,
                                  seed=setup.client_seed(1, 2))
     assert trainer.int8_state()["niti.state"][0] == 9 + 3
-    sent = [u for u, _ in result["strategy"].replies[2]]
+    sent = [u for u, _ in result.strategy.replies[2]]
     assert sum(all(np.array_equal(u[k], update[k]) for k in update) for u in sent) == 1
 
 

@@ -7,12 +7,20 @@ its lowering steps run once per number of micro-batches, then its finishing step
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+from .errors import UbitrainError
+from .int8.package import Int8Package
+from .int8.update import NITI
+from .memory.plan import MemoryPlan
 from .package import Package
 from .pipeline import pipeline_for, run_steps
 from .pipeline.request import checked_request
 from .pipeline.unit import Unit
+from .program.ir import Slot
 from .progress import Steps
+from .project.manifest import Int8Layers, read_manifest
+from .targets import get_target
 
 COMPILE_STEPS = ["trace and differentiate", "lower kernels", "plan memory", "write C project"]
 
@@ -62,3 +70,40 @@ def _lowering(pipeline, request, disabled, instruments):
         unit = Unit(request, k, disabled, tuple(instruments), lower)
         return run_steps(pipeline.lowering, unit, progress)
     return lower
+
+
+def load_package(out_dir):
+    """The Package of the project in `out_dir` (its package.json, written by ub.compile),
+    ready to `build()`: on the host, CMake builds it there and loads it; for a cross
+    target, its driver runs under the target's emulator."""
+    out_dir = Path(out_dir).resolve()
+    data = read_manifest(out_dir)
+
+    def slot(d, kind):
+        return Slot(d["name"], tuple(d["shape"]), d["dtype"], kind,
+                    index_bound=d.get("index_bound"))
+
+    plan = data["memory_plan"]
+    common = dict(
+        out_dir=out_dir, model_name=data["model_name"], target=get_target(data["target"]),
+        memory_plan=MemoryPlan(plan["arena_bytes"], plan["lower_bound_bytes"],
+                               plan["persistent_bytes"], plan["alignment"],
+                               micro_batches=plan.get("micro_batches", 1)),
+        inputs=[slot(d, "input") for d in data["inputs"]], labels=slot(data["labels"], "label"),
+        output=slot(data["output"], "output"), classes=data["classes"],
+        trainable=list(data["trainable"]), kernel_count=data.get("kernel_count", 0),
+        frozen_in_flash=list(data["frozen_in_flash"]), aliases=dict(data["aliases"]),
+        pages=data["pages"], manifest=data)
+    if data["precision"] == "int8":
+        int8 = data["int8"]
+        if int8["dsp_offload"]:
+            raise UbitrainError(f"{out_dir}: this int8 project splits its step between a CPU "
+                               "and a Hexagon DSP (NITI(dsp_offload=True)); load_package does "
+                               "not rebuild the split: use the Package ub.compile returned")
+        niti = {k: tuple(v) if isinstance(v, list) else v for k, v in int8["niti"].items()}
+        package = Int8Package(**common, layer_program=Int8Layers(
+            {k: tuple(v) for k, v in int8["weights"].items()}, int8["state_size"]),
+            config=NITI(**niti))
+    else:
+        package = Package(**common)
+    return package

@@ -552,9 +552,12 @@ def main(argv=None) -> int:
 
 
 def cmd_fleet(args) -> int:
+    from .demo import load_data
     from .fleet.cli import cmd_fleet as fleet
+    from .zoo import DigitsCNN, DigitsCNNNiti
 
-    return fleet(args)
+    # the fleet takes any model and data; the command line's are the digits demo's
+    return fleet(args, load_factory, load_data, {"fp32": DigitsCNN, "int8": DigitsCNNNiti})
 
 
 COMMANDS.update(build=cmd_build, fleet=cmd_fleet)

@@ -34,6 +34,8 @@ class Package:
     precision: str = "fp32"
     # rewrite passes that did not run, and why (switched off, or a precondition that fails)
     skipped_passes: dict[str, str] = field(default_factory=dict)
+    pages: int = 0  # tensors the step pages out to storage under a memory budget
+    manifest: dict | None = field(default=None, repr=False)  # package.json, when loaded
 
     def build(self, seed: int = 0, progress: bool | None = None,
               arena_fill: int = 0) -> HostTrainer:

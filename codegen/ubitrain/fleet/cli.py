@@ -1,4 +1,8 @@
-"""`ubitrain fleet`: federated training of generated C trainers, simulated on this machine."""
+"""`ubitrain fleet`: federated training of generated C trainers, simulated on this machine or
+under Flower's deployment engine. The data and the default model are the caller's
+(ubitrain/cli.py passes scikit-learn's digits and the demo's CNN): this module imports
+neither the demo nor the command line, and the fleet's API (simulate.py, deployment.py)
+takes any model and any clients' data."""
 
 from __future__ import annotations
 
@@ -11,7 +15,9 @@ and checkpointed after every round; one line a round gives its test accuracy, lo
 sent each way and the seconds. The same model trained centrally on as many samples is the
 yardstick. With --precision int8 the clients train with NITI's integer-only int8 and send int8
 weights with their exponents, which the server averages exactly in integers and rounds back
-to int8 (--int8-rounding). The last line is exactly:
+to int8 (--int8-rounding). With --engine deployment the same apps run on a SuperLink and one
+SuperNode process per client on this machine (--emulated TARGET: the last one drives that
+board under its emulator). The last line is exactly:
   fleet: N clients, R rounds, test accuracy A% (centralized C%)"""
 
 FLEET_EPILOG = """\
@@ -21,6 +27,7 @@ examples:
   ubitrain fleet --clients 10 --rounds 5 --sparse --strategy fedadam
   ubitrain fleet --strategy fedprox --momentum 0
   ubitrain fleet --clients 20 --rounds 8 --precision int8
+  ubitrain fleet --clients 3 --rounds 2 --engine deployment --emulated cortex-m4
   ubitrain fleet --model mynet.py:factory     a factory of a module for 1x8x8 images, 10 classes"""
 
 
@@ -56,6 +63,29 @@ def add_fleet_parser(sub, formatter):
                         "nearest, ties to even; stochastic: seeded by --seed and the round)")
     f.add_argument("--target", default="host",
                    help="the clients' target (default host; another runs under its emulator)")
+    f.add_argument("--engine", choices=("simulation", "deployment"), default="simulation",
+                   help="Flower's simulation engine (default), or its deployment engine: a "
+                        "SuperLink and one SuperNode process per client on this machine")
+    f.add_argument("--emulated", default=None, metavar="TARGET",
+                   help="--engine deployment: the last SuperNode drives a TARGET build under "
+                        "its emulator (e.g. cortex-m4)")
+    f.add_argument("--min-clients", type=int, default=None, metavar="N",
+                   help="a round fails (the global model stays) when fewer than N clients "
+                        "sent an update it merges (default: a majority of the round's)")
+    f.add_argument("--screen", choices=("norm", "finite", "none"), default="norm",
+                   help="updates the server refuses: norm (default: NaN/inf, or a norm over "
+                        "10x the others' median), finite (NaN/inf only), none")
+    f.add_argument("--dp-noise", type=float, default=None, metavar="Z",
+                   help="differential privacy (Flower's, client-side clipping): the noise "
+                        "multiplier; with --dp-clip")
+    f.add_argument("--dp-clip", type=float, default=None, metavar="C",
+                   help="differential privacy: the clipping norm of each client's update")
+    f.add_argument("--ssl-ca-certfile", default=None, metavar="FILE",
+                   help="--engine deployment: your CA (PEM); with --ssl-certfile and "
+                        "--ssl-keyfile, the SuperLink's certificate and key (default: made "
+                        "for this run, for 127.0.0.1)")
+    f.add_argument("--ssl-certfile", default=None, metavar="FILE")
+    f.add_argument("--ssl-keyfile", default=None, metavar="FILE")
     f.add_argument("--out-dir", default="build/fleet",
                    help="trainer, checkpoints and accuracy.png (default build/fleet)")
     f.add_argument("--seed", type=int, default=0, help="seed of the split, weights, batches")
@@ -63,8 +93,14 @@ def add_fleet_parser(sub, formatter):
     f.add_argument("--verbose", action="store_true", help="Flower's and Ray's log too")
 
 
-def cmd_fleet(args) -> int:
-    from .simulate import run_fleet
+def cmd_fleet(args, load_factory, data, default_model: dict) -> int:
+    """Run `ubitrain fleet`. `load_factory`: "file.py:name" -> the callable; `data(seed)`:
+    (x_train, y_train, x_test, y_test), split here over the clients; `default_model`:
+    precision -> the model class used without --model."""
+    import ubitrain as ub
+
+    from ..errors import UbitrainError
+    from .data import split_dataset
 
     if args.precision == "int8":
         given = [f"--{n}" for n in ("lr", "momentum") if getattr(args, n) is not None]
@@ -73,16 +109,43 @@ def cmd_fleet(args) -> int:
                              "clients do not run: NITI's update has no learning rate or "
                              "momentum (its schedule is mu 5, 4, 3 over the fleet's steps). "
                              "Leave them out with --precision int8")
-    lr = 0.05 if args.lr is None else args.lr
-    momentum = 0.9 if args.momentum is None else args.momentum
-    model = None
-    if args.model:
-        from ..cli import load_factory
-        model = load_factory(args.model)
-    run_fleet(clients=args.clients, rounds=args.rounds, local_steps=args.local_steps,
-              batch=args.batch, lr=lr, momentum=momentum, strategy=args.strategy,
-              fraction_fit=args.fraction_fit, non_iid=args.non_iid, sparse=args.sparse,
-              proximal_mu=args.proximal_mu, out_dir=args.out_dir, seed=args.seed,
-              progress=False if args.no_progress else None, model=model, verbose=args.verbose,
-              target=args.target, precision=args.precision, rounding=args.int8_rounding)
+        optimizer = None
+    else:
+        optimizer = ub.SGD(lr=0.05 if args.lr is None else args.lr,
+                           momentum=0.9 if args.momentum is None else args.momentum)
+    if args.emulated and args.engine != "deployment":
+        raise UbitrainError("--emulated TARGET puts one SuperNode of the deployment engine on "
+                            "an emulated board: add --engine deployment (or use --target "
+                            "TARGET to run every simulated client on it)")
+    if (args.dp_noise is None) != (args.dp_clip is None):
+        raise UbitrainError("--dp-noise and --dp-clip go together: the noise multiplier and "
+                            "the clipping norm of Flower's differential privacy")
+    tls = [args.ssl_ca_certfile, args.ssl_certfile, args.ssl_keyfile]
+    if any(tls) and (not all(tls) or args.engine != "deployment"):
+        raise UbitrainError("--ssl-ca-certfile, --ssl-certfile and --ssl-keyfile go together, "
+                            "with --engine deployment (the simulation has no network)")
+    model = load_factory(args.model) if args.model else default_model[args.precision]
+    x_train, y_train, x_test, y_test = data(args.seed)
+    shards = split_dataset(x_train, y_train, args.clients, args.non_iid, args.seed)
+    common = dict(optimizer=optimizer, rounds=args.rounds, local_steps=args.local_steps,
+                  batch=args.batch, strategy=args.strategy,
+                  strategy_args={"proximal_mu": args.proximal_mu}
+                  if args.strategy == "fedprox" else None,
+                  fraction_train=args.fraction_fit, sparse=args.sparse,
+                  precision=args.precision, rounding=args.int8_rounding, out_dir=args.out_dir,
+                  seed=args.seed, progress=False if args.no_progress else None,
+                  min_clients=args.min_clients,
+                  screen=None if args.screen == "none" else args.screen,
+                  dp=None if args.dp_noise is None else {"noise_multiplier": args.dp_noise,
+                                                         "clipping_norm": args.dp_clip})
+    if args.engine == "deployment":
+        from .deployment import run_deployment
+        from .security import Certificates
+        run_deployment(model, shards, (x_test, y_test), target=args.target,
+                       emulated=args.emulated,
+                       certificates=Certificates(*tls) if all(tls) else None, **common)
+    else:
+        from .simulate import run_fleet
+        run_fleet(model, shards, (x_test, y_test), target=args.target, verbose=args.verbose,
+                  **common)
     return 0

@@ -58,6 +58,7 @@ from ..program.state_slots import state_slots
 from ..program.train_step import step_io, train_calls
 from ..program.update_epilogue import fuse_update_epilogues
 from ..project.emit import render_project
+from ..project.manifest import write_manifest
 from ..targets import check_board_fit
 from ..training.batch_coupling import (
     batch_coupled_layers,
@@ -269,7 +270,9 @@ def package(unit):
         inputs=unit.inputs, labels=unit.labels, output=unit.output, classes=_classes(unit),
         trainable=tm.trainable, programs={"train_step": unit.train, "predict": unit.predict},
         kernel_count=len(unit.library.kernels), frozen_in_flash=list(unit.frozen),
-        aliases=tm.graph.aliases(), skipped_passes=dict(unit.skipped))
+        aliases=tm.graph.aliases(), skipped_passes=dict(unit.skipped),
+        pages=sum(c.kernel == "ub_page_out" for c in unit.train.calls))
+    write_manifest(unit.package)  # package.json: the project loads without this process
 
 
 def checked_optimizer(optimizer):
@@ -346,7 +349,8 @@ FP32 = Pipeline(
              "(targets/fit.py)"),
         Step("write_project", project, "model.h, model.c, CMakeLists.txt, runtime_c "
              "(project/emit.py)", phase=WRITE),
-        Step("package", package, "what the compile tells its caller (package.py)"),
+        Step("package", package, "what the compile tells its caller (package.py), and "
+             "package.json for a copy of the project (project/manifest.py)"),
     ),
     check_options=check_options,
     checked_optimizer=checked_optimizer,

@@ -34,6 +34,7 @@ from ..int8.update import NITI
 from ..memory.plan import plan_memory
 from ..program.ir import Program
 from ..project.emit import render_project
+from ..project.manifest import write_manifest
 from ..targets import check_board_fit, get_target
 from .steps import Pipeline, Rewrite, Step
 
@@ -186,6 +187,7 @@ def package(unit):
                   "cpu_part": n.cpu_part or unit.train},
         kernel_count=len(p.kernels) - 2, layer_program=n.layers, config=n.config,
         placement=n.placement, segments=n.segments, overlaps=n.overlaps)
+    write_manifest(unit.package)  # package.json: the project loads without this process
 
 
 def checked_optimizer(optimizer):
@@ -231,7 +233,8 @@ INT8 = Pipeline(
              "part and a DSP part (int8/offload.py)", phase=WRITE),
         Step("write_project", project, "model.h, model.c, CMakeLists.txt, runtime_c "
              "(project/emit.py)"),
-        Step("package", package, "what the compile tells its caller (int8/package.py)"),
+        Step("package", package, "what the compile tells its caller (int8/package.py), and "
+             "package.json for a copy of the project (project/manifest.py)"),
     ),
     check_options=check_options,
     checked_optimizer=checked_optimizer,

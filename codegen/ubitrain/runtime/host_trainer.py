@@ -86,7 +86,7 @@ class HostTrainer(TrainerBase):
         self._check(init(ctypes.byref(self.ctx), _ptr(self.arena),
                          ctypes.c_size_t(self.arena.nbytes), ctypes.c_uint64(seed)), "init")
         self._pages = None
-        if any(c.kernel == "ub_page_out" for c in package.programs["train_step"].calls):
+        if package.pages:  # the step pages tensors out to storage
             self._set_page_storage()
 
     def _set_page_storage(self):
