@@ -134,7 +134,7 @@ def fleet_run(tmp_path_factory):
 
 def _digits_shards(clients, seed=0):
     """The digits demo's data split IID over `clients`: (shards, test)."""
-    from ubitrain.demo import load_data
+    from ubitrain.demos.data import load_data
     from ubitrain.fleet import split_dataset
 
     x_train, y_train, x_test, y_test = load_data(seed)
@@ -350,7 +350,7 @@ def test_the_fleet_imports_neither_the_demo_nor_the_zoo_nor_the_cli():
             elif isinstance(node, ast.Import):
                 imported |= {a.name for a in node.names}
     assert "ubitrain.fleet.simulate" in imported  # the walk sees relative imports
-    assert not {m for m in imported for banned in ("ubitrain.demo", "ubitrain.zoo",
+    assert not {m for m in imported for banned in ("ubitrain.demos", "ubitrain.zoo",
                                                    "ubitrain.cli")
                 if m == banned or m.startswith(banned + ".")}
 

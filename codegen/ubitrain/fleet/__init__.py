@@ -25,7 +25,7 @@ clients' data.
     evaluation.py  the server's test metrics
     records.py   Flower's ArrayRecord <-> numpy
     result.py    FleetResult
-    cli.py       `ubitrain fleet` (its data and default model come from ubitrain/cli.py)
+    (`ubitrain fleet` is ubitrain/cli/fleet.py: the digits and the demo CNN as its defaults)
 """
 
 __all__ = ["FleetResult", "run_deployment", "run_fleet", "split_dataset"]

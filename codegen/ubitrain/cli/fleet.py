@@ -1,10 +1,10 @@
 """`ubitrain fleet`: federated training of generated C trainers, simulated on this machine or
-under Flower's deployment engine. The data and the default model are the caller's
-(ubitrain/cli.py passes scikit-learn's digits and the demo's CNN): this module imports
-neither the demo nor the command line, and the fleet's API (simulate.py, deployment.py)
-takes any model and any clients' data."""
+under Flower's deployment engine, on the digits demo's data and CNN (or --model)."""
 
 from __future__ import annotations
+
+from .common import PRECISIONS, formatter
+from .models import load_factory
 
 FLEET_HELP = """\
 Federated training with Flower's simulation engine: scikit-learn's digits are split over N
@@ -31,7 +31,7 @@ examples:
   ubitrain fleet --model mynet.py:factory     a factory of a module for 1x8x8 images, 10 classes"""
 
 
-def add_fleet_parser(sub, formatter):
+def add_parser(sub):
     f = sub.add_parser("fleet", help="federated training of generated C trainers (Flower)",
                        description=FLEET_HELP, epilog=FLEET_EPILOG, formatter_class=formatter)
     f.add_argument("--clients", type=int, default=20, help="simulated clients (default 20)")
@@ -55,7 +55,7 @@ def add_fleet_parser(sub, formatter):
                    help="local SGD learning rate (default 0.05; fp32 only)")
     f.add_argument("--momentum", type=float, default=None,
                    help="local SGD momentum (default 0.9; restarted every round; fp32 only)")
-    f.add_argument("--precision", choices=("fp32", "int8"), default="fp32",
+    f.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="fp32 (SGD) or int8 clients (NITI; the CNN without BatchNorm and "
                         "biases, mu 5, 4, 3 over the thirds of the fleet's steps)")
     f.add_argument("--int8-rounding", choices=("nearest", "stochastic"), default="nearest",
@@ -93,14 +93,17 @@ def add_fleet_parser(sub, formatter):
     f.add_argument("--verbose", action="store_true", help="Flower's and Ray's log too")
 
 
-def cmd_fleet(args, load_factory, data, default_model: dict) -> int:
-    """Run `ubitrain fleet`. `load_factory`: "file.py:name" -> the callable; `data(seed)`:
-    (x_train, y_train, x_test, y_test), split here over the clients; `default_model`:
-    precision -> the model class used without --model."""
+def run(args) -> int:
+    """The fleet takes any model and data (fleet/); the command line's default ones are the
+    digits demo's: its data split over the clients and its CNN."""
     import ubitrain as ub
 
+    from ..demos.data import load_data
     from ..errors import UbitrainError
-    from .data import split_dataset
+    from ..fleet.data import split_dataset
+    from ..zoo import DigitsCNN, DigitsCNNNiti
+
+    default_model = {"fp32": DigitsCNN, "int8": DigitsCNNNiti}
 
     if args.precision == "int8":
         given = [f"--{n}" for n in ("lr", "momentum") if getattr(args, n) is not None]
@@ -125,7 +128,7 @@ def cmd_fleet(args, load_factory, data, default_model: dict) -> int:
         raise UbitrainError("--ssl-ca-certfile, --ssl-certfile and --ssl-keyfile go together, "
                             "with --engine deployment (the simulation has no network)")
     model = load_factory(args.model) if args.model else default_model[args.precision]
-    x_train, y_train, x_test, y_test = data(args.seed)
+    x_train, y_train, x_test, y_test = load_data(args.seed)
     shards = split_dataset(x_train, y_train, args.clients, args.non_iid, args.seed)
     common = dict(optimizer=optimizer, rounds=args.rounds, local_steps=args.local_steps,
                   batch=args.batch, strategy=args.strategy,
@@ -139,13 +142,13 @@ def cmd_fleet(args, load_factory, data, default_model: dict) -> int:
                   dp=None if args.dp_noise is None else {"noise_multiplier": args.dp_noise,
                                                          "clipping_norm": args.dp_clip})
     if args.engine == "deployment":
-        from .deployment import run_deployment
-        from .security import Certificates
+        from ..fleet.deployment import run_deployment
+        from ..fleet.security import Certificates
         run_deployment(model, shards, (x_test, y_test), target=args.target,
                        emulated=args.emulated,
                        certificates=Certificates(*tls) if all(tls) else None, **common)
     else:
-        from .simulate import run_fleet
+        from ..fleet.simulate import run_fleet
         run_fleet(model, shards, (x_test, y_test), target=args.target, verbose=args.verbose,
                   **common)
     return 0
