@@ -45,7 +45,8 @@ def add_parser(sub):
     c = sub.add_parser("compile", help="compile a model file into a C training project",
                        description=COMPILE_HELP, epilog=COMPILE_EPILOG,
                        formatter_class=formatter)
-    c.add_argument("model", metavar="MODEL", help='"path/to/file.py:factory"')
+    c.add_argument("model", metavar="MODEL",
+                   help='"path/to/file.py:factory" or "path/to/model.onnx"')
     c.add_argument("--loss", default="cross_entropy",
                    help="cross_entropy (default) or mse")
     c.add_argument("--optimizer", default="sgd", type=str.lower,
@@ -123,5 +124,10 @@ def run(args) -> int:
         print(placement_report(pkg.placement, pkg.programs["train_step"]))
     print(f"C project written to {out_dir}/ (model.h, model.c, CMakeLists.txt, runtime_c/); "
           f"C API prefix ub_{pkg.model_name}_")
-    print(f"build it: cmake -S {out_dir} -B {out_dir}/build && cmake --build {out_dir}/build")
+    target = pkg.target
+    toolchain = "" if target.runs_on_host else (
+        f" -DCMAKE_TOOLCHAIN_FILE={out_dir}/toolchains/{target.toolchain_dir}/toolchain.cmake "
+        "-DUB_BUILD_DRIVER=ON")
+    print(f"build it: cmake -S {out_dir} -B {out_dir}/build{toolchain} && "
+          f"cmake --build {out_dir}/build")
     return 0
