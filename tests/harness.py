@@ -22,6 +22,7 @@ import pytest
 import torch
 
 import ubitrain as ub
+import ubitrain.api as ub_api
 from ubitrain.api import Package
 from ubitrain.fidelity.referee import Verdict, judge
 from ubitrain.runtime.target_build import missing_tools
@@ -38,7 +39,10 @@ class Judged:
     the state_dict and the optimizer state after it)."""
 
     verdict: Verdict
-    package: Package  # the build judged (the first, if the referee also built a traced one)
+    # the build judged, and its trainer after the last step (the first build, where the
+    # referee also built a traced one to decide a near kink)
+    package: Package
+    trainer: object
 
     @property
     def losses(self) -> list[float]:
@@ -55,12 +59,14 @@ class Judged:
 
 @contextlib.contextmanager
 def _recording_builds():
-    """The packages built inside the block, in order (the referee compiles its own)."""
+    """(package, trainer) of each build inside the block, in order (the referee compiles and
+    builds its own)."""
     built, original = [], Package.build
 
     def build(self, *args, **kwargs):
-        built.append(self)
-        return original(self, *args, **kwargs)
+        trainer = original(self, *args, **kwargs)
+        built.append((self, trainer))
+        return trainer
 
     Package.build = build
     try:
@@ -69,19 +75,66 @@ def _recording_builds():
         Package.build = original
 
 
+@contextlib.contextmanager
+def _compiling(compiled):
+    """Inside the block, `ub.compile` compiles `compiled` whatever model it is given (None:
+    the model given). The referee compiles the model it runs in PyTorch; this lets a test
+    judge an ONNX export, or the same layers under another forward, against a module."""
+    if compiled is None:
+        yield
+        return
+    calls, original = [], ub_api.compile
+
+    def compile_instead(model, *args, **kwargs):
+        calls.append(model)
+        return original(compiled, *args, **kwargs)
+
+    ub_api.compile = compile_instead
+    try:
+        yield
+    finally:
+        ub_api.compile = original
+    # loud, should the referee stop compiling through ubitrain.api.compile: the test would
+    # otherwise judge the module's own build and pass without looking at `compiled`
+    assert calls, "the referee did not compile through ubitrain.api.compile"
+
+
 def assert_trains_like_torch(model, batches, optimizer, out_dir, *, loss: str = "cross_entropy",
-                             seed: int = 0, **compile_options) -> Judged:
+                             seed: int = 0, compiled=None, **compile_options) -> Judged:
     """Compile a copy of `model` into `out_dir` (with `compile_options`: trainable, target,
     micro_batches, disable_passes...), train it through the C over `batches` = [(x..., y)]
     with `optimizer` and the Dropout generator at `seed`, and have the referee judge every
     step and the final eval-mode output against PyTorch. Fails with the verdict's summary
-    (the checks that failed, with PyTorch's spread and the tolerance) unless it is a match."""
-    with _recording_builds() as built:
+    (the checks that failed, with PyTorch's spread and the tolerance) unless it is a match.
+    `compiled`: what to compile instead of `model` (an ONNX file exported from it; a module
+    with its state under another forward), judged against `model` all the same."""
+    with _recording_builds() as built, _compiling(compiled):
         verdict = judge(copy.deepcopy(model), batches, optimizer, out_dir, loss=loss, seed=seed,
                         **compile_options)
     assert verdict.status == "match", f"the C does not train like PyTorch: {verdict.summary()}"
     assert built, "the referee built no package"
-    return Judged(verdict, built[0])
+    return Judged(verdict, *built[0])
+
+
+def torch_steps_with_frozen_rows(model, batches, optimizer_factory, rows: dict[str, int]):
+    """A channel-sparse update in float64 PyTorch, which the referee cannot judge (it trains
+    whole parameters): `rows` maps a parameter to how many of its leading rows train; the
+    other rows, and every parameter not named, are put back after each step (exact for an
+    elementwise optimizer). The losses, and the state_dict after the last step."""
+    ref = copy.deepcopy(model).double()
+    initial = copy.deepcopy(ref.state_dict())
+    optimizer = optimizer_factory(ref.parameters())
+    losses = []
+    for *xs, y in batches:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(ref(*[x.double() for x in xs]), y)
+        loss.backward()
+        optimizer.step()
+        with torch.no_grad():
+            for name, p in ref.named_parameters():
+                p[rows.get(name, 0):] = initial[name][rows.get(name, 0):]
+        losses.append(loss.item())
+    return losses, {k: v.detach().numpy() for k, v in ref.state_dict().items()}
 
 
 # ---- C builds against each other --------------------------------------------------------------
