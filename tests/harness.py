@@ -105,13 +105,16 @@ def assert_trains_like_torch(model, batches, optimizer, out_dir, *, loss: str = 
     micro_batches, disable_passes...), train it through the C over `batches` = [(x..., y)]
     with `optimizer` and the Dropout generator at `seed`, and have the referee judge every
     step and the final eval-mode output against PyTorch. Fails with the verdict's summary
-    (the checks that failed, with PyTorch's spread and the tolerance) unless it is a match.
-    `compiled`: what to compile instead of `model` (an ONNX file exported from it; a module
-    with its state under another forward), judged against `model` all the same."""
+    (the checks that failed, with PyTorch's spread and the tolerance) unless it is a match,
+    or if a check's tolerance is not finite (a check that could not fail). `compiled`: what
+    to compile instead of `model` (an ONNX file exported from it; a module with its state
+    under another forward), judged against `model` all the same."""
     with _recording_builds() as built, _compiling(compiled):
         verdict = judge(copy.deepcopy(model), batches, optimizer, out_dir, loss=loss, seed=seed,
                         **compile_options)
     assert verdict.status == "match", f"the C does not train like PyTorch: {verdict.summary()}"
+    unbounded = [str(c) for c in verdict.checks if not np.isfinite(c.tolerance)]
+    assert not unbounded, f"checks that could not fail: {unbounded}"
     assert built, "the referee built no package"
     return Judged(verdict, *built[0])
 
@@ -194,15 +197,20 @@ def assert_pass_changes_no_bit(model, batches, optimizer, pass_name: str, out_di
 
 
 # ---- cross targets ----------------------------------------------------------------------------
+def skip_or_fail(message: str):
+    """A tool the test needs is missing: skip locally, fail in CI (CI=true), where
+    scripts/setup.sh has installed every one."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def require_tools(target_name: str):
-    """Skip (fail in CI, CI=true) when the target's cross compiler or emulator is missing:
-    scripts/setup.sh installs them all."""
+    """The target's cross compiler and emulator, or `skip_or_fail`."""
     missing = missing_tools(get_target(target_name))
     if missing:
-        message = f"target {target_name}: {', '.join(missing)} not installed (scripts/setup.sh)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_or_fail(f"target {target_name}: {', '.join(missing)} not installed "
+                     "(scripts/setup.sh)")
 
 
 # ---- data and errors --------------------------------------------------------------------------
