@@ -24,8 +24,8 @@ import re
 import numpy as np
 import pytest
 import torch
+from emitted_plan import check_emitted_plan
 from harness import assert_trains_like_torch
-from test_memory_guarantees import check_emitted_plan
 from torch import nn
 
 import ubitrain as ub
