@@ -14,8 +14,8 @@ MSE loss then leaves `d = 0 - 1 * grad` in every delta: the gradient w.r.t. each
 each parameter, and (through `d_out = 2 / N * (y - target)`) the training-mode forward
 output itself. PyTorch autograd computes the same on a float64 copy of the module.
 
-Whole models are judged by the fidelity referee instead (`ubitrain.fidelity.referee.judge`,
-over several steps of `batches`): `assert_match` reads its verdict.
+Whole models are judged by the fidelity referee instead, over several steps:
+`harness.assert_trains_like_torch`.
 """
 
 from __future__ import annotations
@@ -25,18 +25,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from harness import batches as batches  # test_fidelity_regressions.py imports it from here
+from harness import rel_err
 from torch import nn
 
 import ubitrain as ub
 
 RTOL = 1e-4
-
-
-def rel_err(got, want) -> float:
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
-    return float(np.max(np.abs(got - want), initial=0.0) / max(np.max(np.abs(want), initial=0.0),
-                                                                1e-6))
 
 
 def _delta_name(param_name: str) -> str:
@@ -246,16 +241,7 @@ def check(inner, inputs, tmp_path, **kw) -> OpResult:
     return res
 
 
-# ---- whole models judged by the referee ---------------------------------------------------
-def batches(shape, classes, steps=3, seed=0):
-    """`steps` random (input, class label) pairs for a classifier: inputs of `shape` (the batch
-    first), labels in [0, classes)."""
-    gen = torch.Generator().manual_seed(seed)
-    return [(torch.randn(shape, generator=gen), torch.randint(0, classes, (shape[0],),
-                                                              generator=gen))
-            for _ in range(steps)]
-
-
+# ---- whole models judged by the referee: harness.assert_trains_like_torch ----------------
 def assert_match(verdict):
     """The referee's verdict is a match; its summary says which check failed otherwise."""
     assert verdict.status == "match", verdict.summary()

@@ -8,12 +8,12 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from op_harness import RTOL, assert_match, batches, rel_err
+from harness import assert_trains_like_torch, batches, rel_err
+from op_harness import RTOL
 from torch import nn
 
 import ubitrain as ub
 from ubitrain.fidelity.dropout import dropout_mask
-from ubitrain.fidelity.referee import judge
 
 CLASSES = 3
 OPTIMIZERS = [ub.SGD(lr=0.1, momentum=0.9), ub.Adam(lr=1e-2)]
@@ -127,7 +127,8 @@ MHA_CASES = [
 def test_scaled_dot_product_attention_trains_like_pytorch(make, batch, length, features,
                                                           optimizer, tmp_path):
     torch.manual_seed(0)
-    assert_match(judge(make(), batches((batch, length, features), CLASSES), optimizer, tmp_path))
+    assert_trains_like_torch(make(), batches((batch, length, features), CLASSES), optimizer,
+                             tmp_path)
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=["sgd", "adam"])
@@ -135,7 +136,7 @@ def test_scaled_dot_product_attention_trains_like_pytorch(make, batch, length, f
                          ids=[c[0] for c in MHA_CASES])
 def test_multihead_attention_trains_like_pytorch(make, batch, length, optimizer, tmp_path):
     torch.manual_seed(0)
-    assert_match(judge(make(), batches((batch, length, 4), CLASSES), optimizer, tmp_path))
+    assert_trains_like_torch(make(), batches((batch, length, 4), CLASSES), optimizer, tmp_path)
 
 
 def test_multihead_attention_dropout_uses_the_c_runtime_masks(tmp_path, monkeypatch):

@@ -9,7 +9,9 @@ import gc
 import subprocess
 import weakref
 
+import numpy as np
 import torch
+from harness import assert_trains_like_torch
 from torch import nn
 
 import ubitrain as ub
@@ -109,26 +111,21 @@ def test_generated_c_checks_arguments_and_returns_status(tmp_path):
 
 def test_bound_step_trains_as_step_and_pytorch(tmp_path):
     """trainer.bound_step(x, y) (checked once, then the bare C call that benchmarks/speed.py
-    times) updates the parameters exactly as trainer.step does, and as PyTorch's SGD."""
+    times) updates the parameters exactly as trainer.step does, which trains like PyTorch."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
     x, y = torch.randn(4, 6), torch.tensor([0, 1, 2, 1])
-    pkg = ub.compile(model, (x,), y, optimizer=ub.SGD(lr=0.1, momentum=0.9),
-                     out_dir=tmp_path / "m")
-    checked, bound = pkg.build(), pkg.build()
+    checked = assert_trains_like_torch(model, [(x, y)] * 3, ub.SGD(lr=0.1, momentum=0.9),
+                                       tmp_path / "m")
+    bound = checked.package.build()
     step = bound.bound_step(x.numpy(), y.numpy())
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    for _ in range(3):
-        checked.step(x.numpy(), y.numpy())
+    for _, params, optimizer_state in checked.verdict.trajectory:
         assert step() == 0
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    expected = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-    for name, value in bound.parameters().items():
-        assert (value == checked.parameters()[name]).all(), name
-        torch.testing.assert_close(torch.from_numpy(value), torch.from_numpy(expected[name]),
-                                   rtol=1e-5, atol=1e-6)
+        for got, want in ((bound.parameters(), params),
+                          (bound.optimizer_state(), optimizer_state)):
+            assert got.keys() == want.keys()
+            for name in want:
+                assert np.array_equal(got[name], want[name]), name
     assert bound.steps == 3
 
 

@@ -1,18 +1,15 @@
 """nn.Embedding with integer model inputs, through the generated C, against PyTorch.
 
 The op harness (tests/op_harness.py) shifts every input by a zero parameter, which an id
-tensor cannot take, so these tests read the gradient from one SGD(lr=1) step instead: the
-table moves by exactly -grad. The ids repeat (their gradients sum) and hold the padding
-index (whose row gets no gradient). PyTorch runs in float64.
+tensor cannot take, so these tests read the gradient from one SGD(lr=1) step instead, judged
+by the fidelity referee: the table moves by exactly -grad. The ids repeat (their gradients
+sum) and hold the padding index (whose row gets no gradient).
 """
-
-import copy
 
 import numpy as np
 import pytest
 import torch
-from op_harness import RTOL, rel_err
-from test_targets import require_tools
+from harness import assert_trains_like_torch, require_tools
 from torch import nn
 
 import ubitrain as ub
@@ -48,20 +45,6 @@ def _model(positions=False, scale_grad_by_freq=False) -> Classifier:
     return model
 
 
-def _torch_steps(model, opt_of, batches):
-    """The losses and final state of `batches` steps of PyTorch in float64."""
-    ref = copy.deepcopy(model).double()
-    opt = opt_of(ref.parameters())
-    losses = []
-    for x, y in batches:
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(ref(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return np.array(losses), {k: v.detach().numpy() for k, v in ref.state_dict().items()}
-
-
 @pytest.fixture(scope="module")
 def sgd_trainer(tmp_path_factory):
     model = _model()
@@ -71,28 +54,16 @@ def sgd_trainer(tmp_path_factory):
 
 
 @pytest.mark.parametrize("scale_grad_by_freq", [False, True])
-def test_embedding_forward_and_gradient_match_pytorch(scale_grad_by_freq, sgd_trainer,
-                                                      tmp_path):
-    if scale_grad_by_freq:  # each id's gradient divided by its count in the batch
-        model = _model(scale_grad_by_freq=True)
-        trainer = ub.compile(model, (IDS,), LABELS, optimizer=ub.SGD(lr=1.0),
-                             out_dir=tmp_path / "freq").build()
-    else:
-        model, trainer = sgd_trainer
-        trainer.load_parameters({k: v.numpy() for k, v in model.state_dict().items()})
-    ref = copy.deepcopy(model).double()
-    assert rel_err(trainer.predict(IDS), ref(IDS).detach().numpy()) < RTOL
-    p0 = trainer.parameters()
-    loss = trainer.step(IDS, LABELS)
-    p1 = trainer.parameters()
-    want = nn.functional.cross_entropy(ref(IDS), LABELS)
-    want.backward()
-    assert abs(loss - want.item()) < RTOL * abs(want.item())
-    for name, p in ref.named_parameters():
-        assert rel_err(p0[name] - p1[name], p.grad.numpy()) < RTOL, name
-    assert np.array_equal(p0["tok.weight"][0], p1["tok.weight"][0])  # the padding row
+def test_embedding_forward_and_gradient_match_pytorch(scale_grad_by_freq, tmp_path):
+    """One step of SGD(lr=1): the table moves by exactly -grad, which the referee checks
+    (and the loss, and predict's output after the step); with scale_grad_by_freq each id's
+    gradient is divided by its count in the batch."""
+    model = _model(scale_grad_by_freq=scale_grad_by_freq)
+    judged = assert_trains_like_torch(model, [(IDS, LABELS)], ub.SGD(lr=1.0), tmp_path)
+    before, after = model.tok.weight.detach().numpy(), judged.parameters["tok.weight"]
+    assert np.array_equal(before[0], after[0])  # the padding row
     unused = [i for i in range(VOCAB) if i not in IDS]
-    assert np.array_equal(p0["tok.weight"][unused], p1["tok.weight"][unused])
+    assert np.array_equal(before[unused], after[unused])
 
 
 def test_ids_are_checked(sgd_trainer):
@@ -125,40 +96,23 @@ def test_ids_are_checked(sgd_trainer):
 def test_embedding_on_cortex_m4(tmp_path):
     """The int64 ids cross to the emulated board, which checks them itself too."""
     require_tools("cortex-m4")
-    model = _model()
-    trainer = ub.compile(model, (IDS,), LABELS, optimizer=ub.SGD(lr=1.0), target="cortex-m4",
-                         out_dir=tmp_path / "m4").build()
-    p0 = trainer.parameters()
-    trainer.step(IDS, LABELS)
-    ref = copy.deepcopy(model).double()
-    nn.functional.cross_entropy(ref(IDS), LABELS).backward()
-    assert rel_err(p0["tok.weight"] - trainer.parameters()["tok.weight"],
-                   ref.tok.weight.grad.numpy()) < RTOL
+    judged = assert_trains_like_torch(_model(), [(IDS, LABELS)], ub.SGD(lr=1.0), tmp_path,
+                                      target="cortex-m4")
     bad = IDS.clone()
     bad[2, 1] = VOCAB
-    assert trainer._train_step([bad.numpy()], LABELS.numpy())[0] == -14
+    with judged.trainer as trainer:
+        assert trainer._train_step([bad.numpy()], LABELS.numpy())[0] == -14
 
 
 @pytest.mark.parametrize("optimizer", ["sgd_momentum", "adam"])
 def test_text_classifier_trains_like_pytorch(optimizer, tmp_path):
-    ours, theirs = {
-        "sgd_momentum": (ub.SGD(lr=0.5, momentum=0.9, weight_decay=1e-3),
-                         lambda p: torch.optim.SGD(p, lr=0.5, momentum=0.9, weight_decay=1e-3)),
-        "adam": (ub.Adam(lr=0.05), lambda p: torch.optim.Adam(p, lr=0.05)),
-    }[optimizer]
-    model = _model(positions=True)
+    optimizer = {"sgd_momentum": ub.SGD(lr=0.5, momentum=0.9, weight_decay=1e-3),
+                 "adam": ub.Adam(lr=0.05)}[optimizer]
     gen = torch.Generator().manual_seed(1)
     batches = [(torch.randint(0, VOCAB, IDS.shape, generator=gen),
                 torch.randint(0, CLASSES, LABELS.shape, generator=gen)) for _ in range(3)]
     batches[0] = (IDS, LABELS)  # repeated and padding ids
-    trainer = ub.compile(model, (IDS,), LABELS, optimizer=ours,
-                         out_dir=tmp_path / "text").build()
-    losses = trainer.train(batches)
-    want_losses, want = _torch_steps(model, theirs, batches)
-    assert rel_err(losses, want_losses) < RTOL
-    got = trainer.parameters()
-    for name, value in want.items():
-        assert rel_err(got[name], value) < RTOL, name
+    assert_trains_like_torch(_model(positions=True), batches, optimizer, tmp_path)
 
 
 class _Wrap(nn.Module):

@@ -226,7 +226,7 @@ def test_the_deployment_engine_runs_rounds_with_supernode_processes(tmp_path):
     """A SuperLink, two SuperNode processes (one drives a Cortex-M4 board under QEMU) and
     `flwr run`; the host client's process is killed in round 2: that round merges the board's
     update alone, and in round 3 the SuperNode's new ClientApp process takes part again."""
-    from test_targets import require_tools
+    from harness import require_tools
 
     from ubitrain.fleet.deployment import run_deployment
 

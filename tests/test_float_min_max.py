@@ -65,7 +65,7 @@ def test_in_place_relu_of_an_add_vectorises_on_aarch64(tmp_path):
     """A per-channel add and ReLU written over its input (digits_cnn's second conv: planes
     of 4x4): with UB_FMAX_K's ?:, which reads x twice, GCC 12 -O3 threaded the loop into
     branches on AArch64 and ran it one element at a time."""
-    from test_targets import require_tools
+    from harness import require_tools
     from tvm import te
 
     from ubitrain.kernels.library import KernelLibrary

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from op_harness import rel_err, run_op
+from harness import rel_err
+from op_harness import randn, run_op
 from torch import nn
 from tvm import relax, tirx
 
@@ -23,10 +24,6 @@ import ubitrain as ub
 from ubitrain.api import lower
 from ubitrain.ops.fused_ops import fused_op_of
 from ubitrain.training.graph import build_training_module
-
-
-def randn(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
 def _channels(x, offsets, spreads):

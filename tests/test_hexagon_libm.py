@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 import torch
-from test_targets import require_tools
+from harness import require_tools
 
 import ubitrain as ub
 from ubitrain.runtime.target_build import TARGET_FILES

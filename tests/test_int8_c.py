@@ -5,49 +5,17 @@ exponent, shift, interval and counter) and predict's logits; the float loss with
 import numpy as np
 import pytest
 import torch
+from niti_harness import check_against_reference, niti_batches, niti_net
 from torch import nn
 
 import ubitrain as ub
-from ubitrain.int8.reference import NitiReference
 
 STEPS = 12
 
 
-def niti_net():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(4, 8, 3, stride=2, padding=1, bias=False), nn.ReLU(),
-                         nn.Flatten(), nn.Linear(32, 5, bias=False))
-
-
-def batches(n=STEPS, batch=4, seed=0):
-    g = np.random.default_rng(seed)
-    return [(g.standard_normal((batch, 1, 8, 8)).astype(np.float32), g.integers(0, 5, batch))
-            for _ in range(n)]
-
-
-def check_against_reference(pkg, data, config):
-    """Train through the C and the reference side by side; every step must agree."""
-    ref = NitiReference(pkg.layer_program, config)
-    with pkg.build() as trainer:
-        for x, y in data:
-            loss_c, loss_ref = trainer.step(x, y), ref.step(x, y)
-            assert loss_c == pytest.approx(loss_ref, rel=1e-5)
-        state = trainer.int8_state()
-        for name, w in ref.weights.items():
-            assert state[name].dtype == np.int8
-            assert np.array_equal(state[name], w), name
-        assert np.array_equal(state["niti.state"], ref.state)
-        assert np.array_equal(trainer.predict(data[0][0]), ref.predict(data[0][0]))
-        stats = trainer.rescale_stats()
-        floats = trainer.parameters()
-    assert all(np.array_equal(floats[k], v) for k, v in ref.parameters().items())
-    return stats
-
-
 @pytest.mark.parametrize("adaptive", [False, True], ids=["exact", "adaptive"])
 def test_host_c_equals_reference_bit_for_bit(tmp_path, adaptive):
-    data = batches()
+    data = niti_batches(STEPS)
     config = ub.NITI(mu=(5, 3), milestones=(6,), adaptive_rescale=adaptive, max_interval=4)
     pkg = ub.compile(niti_net(), (torch.from_numpy(data[0][0]),), torch.from_numpy(data[0][1]),
                      precision="int8", optimizer=config, out_dir=tmp_path / "m")
@@ -58,7 +26,7 @@ def test_host_c_equals_reference_bit_for_bit(tmp_path, adaptive):
 
 
 def test_int8_parameters_load_and_errors(tmp_path):
-    data = batches(2)
+    data = niti_batches(2)
     x, y = torch.from_numpy(data[0][0]), torch.from_numpy(data[0][1])
     pkg = ub.compile(niti_net(), (x,), y, precision="int8", out_dir=tmp_path / "m")
     with pkg.build() as trainer:
@@ -102,7 +70,7 @@ def test_float_fallback_ops_run_as_tables_bit_for_bit(tmp_path):
                           nn.Flatten(), nn.Linear(32, 16, bias=False),
                           nn.GELU(approximate="tanh"), nn.Linear(16, 5, bias=False),
                           nn.Sigmoid())
-    data = batches(6)
+    data = niti_batches(6)
     x, y = torch.from_numpy(data[0][0]), torch.from_numpy(data[0][1])
     with pytest.raises(ub.UnsupportedOpError, match=r"aten\.tanh.*aten\.sigmoid"):
         ub.compile(model, (x,), y, precision="int8", out_dir=tmp_path / "bad",
@@ -122,7 +90,7 @@ def test_frozen_layers_equal_the_reference_and_stay_unchanged(tmp_path, trainabl
     """trainable=: the frozen weights keep their initial int8 values, the backward pass stops
     at the first trained layer (no error site before it), and the C still equals the
     reference bit for bit."""
-    data = batches(6)
+    data = niti_batches(6)
     config = ub.NITI(mu=(5,), milestones=(), adaptive_rescale=True, max_interval=4)
     pkg = ub.compile(niti_net(), (torch.from_numpy(data[0][0]),), torch.from_numpy(data[0][1]),
                      precision="int8", optimizer=config, trainable=trainable,
@@ -142,7 +110,7 @@ def test_frozen_layers_equal_the_reference_and_stay_unchanged(tmp_path, trainabl
 
 
 def test_int8_trainable_errors(tmp_path):
-    data = batches(1)
+    data = niti_batches(1)
     x, y = torch.from_numpy(data[0][0]), torch.from_numpy(data[0][1])
     for bad, match in ((["fc.weight"], r"0\.weight, 3\.weight, 6\.weight.*fc\.weight"),
                        (ub.SparseUpdate(biases=True), "name at least one"),

@@ -6,7 +6,7 @@ images. A missing toolchain skips locally and fails in CI (CI=true)."""
 import numpy as np
 import pytest
 import torch
-from test_targets import require_tools
+from harness import require_tools
 
 import ubitrain as ub
 from ubitrain.int8.reference import NitiReference

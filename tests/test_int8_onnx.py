@@ -4,7 +4,7 @@ so the generated C trains bit for bit like the numpy reference and like the modu
 import numpy as np
 import pytest
 import torch
-from test_int8_c import batches, check_against_reference
+from niti_harness import check_against_reference, niti_batches
 from torch import nn
 
 import ubitrain as ub
@@ -32,7 +32,7 @@ def export(model, x, path):
 
 
 def test_onnx_int8_trains_like_the_module_and_the_reference(tmp_path):
-    data = batches(6)
+    data = niti_batches(6)
     x, y = torch.from_numpy(data[0][0]), torch.from_numpy(data[0][1])
     config = ub.NITI(mu=(5, 3), milestones=(3,), adaptive_rescale=True, max_interval=4)
     model = ViewNet()
@@ -55,7 +55,7 @@ def test_onnx_int8_trains_like_the_module_and_the_reference(tmp_path):
 
 
 def test_onnx_int8_rejects_a_bias_naming_the_node(tmp_path):
-    data = batches(1)
+    data = niti_batches(1)
     x, y = torch.from_numpy(data[0][0]), torch.from_numpy(data[0][1])
     path = export(ViewNet(conv_bias=True), x, tmp_path / "bias.onnx")
     with pytest.raises(ub.UnsupportedOpError, match=r"Conv.*no bias.*bias=False"):

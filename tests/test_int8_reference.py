@@ -5,6 +5,7 @@ autograd for the int32 accumulations, float softmax for the loss gradient."""
 import numpy as np
 import pytest
 import torch
+from niti_harness import niti_net
 from torch import nn
 
 import ubitrain as ub
@@ -116,13 +117,6 @@ def test_integer_softmax_gradient_follows_the_float_one():
         assert np.abs(target / 128 - p[np.arange(64), labels]).max() < 0.5
     assert loss.cross_entropy(z, -4, labels) == pytest.approx(
         float(nn.functional.cross_entropy(torch.tensor(z / 16.0), torch.tensor(labels))))
-
-
-def niti_net(seed=0):
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(4, 8, 3, stride=2, padding=1, bias=False), nn.ReLU(),
-                         nn.Flatten(), nn.Linear(32, 5, bias=False))
 
 
 def test_reference_step_against_independent_pieces():

@@ -8,7 +8,7 @@ locally and fails in CI (CI=true)."""
 import subprocess
 
 import pytest
-from test_targets import require_tools
+from harness import require_tools
 
 from ubitrain.int8.simd import build_check, run_check
 from ubitrain.runtime.target_build import toolchain_file

@@ -5,8 +5,8 @@ toolchain skips locally and fails in CI (CI=true)."""
 
 import pytest
 import torch
-from test_int8_c import batches, check_against_reference, niti_net
-from test_targets import CROSS, require_tools
+from harness import CROSS, require_tools
+from niti_harness import check_against_reference, niti_batches, niti_net
 
 import ubitrain as ub
 
@@ -16,7 +16,7 @@ STEPS = 6
 @pytest.mark.parametrize("target", CROSS)
 def test_int8_step_on_target_equals_reference(tmp_path, target):
     require_tools(target)
-    data = batches(STEPS, seed=3)
+    data = niti_batches(STEPS, seed=3)
     config = ub.NITI(mu=(5, 4), milestones=(3,), adaptive_rescale=True, max_interval=2)
     pkg = ub.compile(niti_net(), (torch.from_numpy(data[0][0]),), torch.from_numpy(data[0][1]),
                      precision="int8", optimizer=config, target=target, out_dir=tmp_path / "m")

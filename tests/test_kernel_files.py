@@ -6,10 +6,10 @@ import subprocess
 
 import numpy as np
 import torch
+from harness import assert_trains_like_torch
 from torch import nn
 
 import ubitrain as ub
-from ubitrain.fidelity.referee import judge
 from ubitrain.project import kernel_files
 
 
@@ -32,8 +32,7 @@ def split_small(monkeypatch):
 
 def test_split_kernels_train_like_pytorch(tmp_path, monkeypatch):
     split_small(monkeypatch)
-    verdict = judge(net(), batches(), ub.Adam(lr=0.01), tmp_path)
-    assert verdict.status == "match", verdict.summary()
+    assert_trains_like_torch(net(), batches(), ub.Adam(lr=0.01), tmp_path)
     assert len(list(tmp_path.rglob("model_kernels_*.c"))) >= 2
 
 

@@ -15,14 +15,13 @@
 """
 
 import itertools
-import os
 import random
 import re
 
-import numpy as np
 import pytest
 import torch
-from test_memory_guarantees import check_emitted_plan
+from emitted_plan import check_emitted_plan
+from harness import assert_same_training, require_tools, train_build
 from torch import nn
 
 import ubitrain as ub
@@ -32,7 +31,6 @@ from ubitrain.memory.arena_planner import ArenaPlanner
 from ubitrain.memory.cost_model import KernelWork
 from ubitrain.memory.remat_milp import BudgetProblem
 from ubitrain.program.remat import find_candidates, recompute_choice, rewrite
-from ubitrain.runtime.target_build import missing_tools
 from ubitrain.targets import get_target
 from ubitrain.zoo import ZOO
 
@@ -44,22 +42,6 @@ def _zoo_batch(name, batch):
     y = torch.randint(0, entry.classes, (batch,))
     torch.manual_seed(1)
     return entry.factory(), x, y
-
-
-def _train(pkg, x, y, steps=3):
-    trainer = pkg.build()
-    losses = [trainer.step(x.numpy(), y.numpy()) for _ in range(steps)]
-    return trainer, losses, trainer.parameters(), trainer.optimizer_state()
-
-
-def _assert_same_training(a, b):
-    _, losses_a, params_a, opt_a = a
-    _, losses_b, params_b, opt_b = b
-    assert losses_a == losses_b
-    for ours, theirs in ((params_a, params_b), (opt_a, opt_b)):
-        assert ours.keys() == theirs.keys()
-        for name in ours:
-            assert np.array_equal(ours[name], theirs[name]), name
 
 
 def _updates_after_every_use(program):
@@ -95,10 +77,10 @@ def test_tight_budget_recomputes_and_pages_bit_identically(tmp_path):
     assert report.arena_bytes <= budget and report.extra_seconds > 0
     assert "recompute" in report.summary() and "page" in report.summary()
 
-    budgeted = _train(pkg, x, y)
-    _assert_same_training(budgeted, _train(plain, x, y))
+    batches = [(x.numpy(), y.numpy())] * 3
+    assert_same_training(train_build(pkg, batches), train_build(plain, batches))
 
-    trainer = budgeted[0]  # paging planned and no storage: a clear status, nothing run
+    trainer = pkg.build()  # paging planned and no storage: a clear status, nothing run
     trainer.ctx.page_storage = None
     with pytest.raises(RuntimeStatusError, match="no page storage was set"):
         trainer.step(x.numpy(), y.numpy())
@@ -140,7 +122,8 @@ def test_tightest_budget_with_dropout_and_batchnorm(tmp_path):
                    for w in c.writes)
     _updates_after_every_use(train)
     assert {b.decision for b in pkg.memory_plan.buffers} - {"keep"}
-    _assert_same_training(_train(pkg, x, y), _train(plain, x, y))
+    batches = [(x.numpy(), y.numpy())] * 3
+    assert_same_training(train_build(pkg, batches), train_build(plain, batches))
 
 
 def _problem(name, batch, top):
@@ -189,13 +172,10 @@ def test_milp_matches_exhaustive_search_and_never_undercounts_memory():
         assert planner.lower_bound() <= problem.peak(plan)
 
 
-def test_report_marks_recomputed_and_paged_buffers(tmp_path, capsys):
-    from pathlib import Path
-
+def test_report_marks_recomputed_and_paged_buffers(tmp_path, capsys, digits_factory):
     from ubitrain.cli import main
 
-    factory = Path(__file__).parent.parent / "examples" / "digits_factory.py"
-    args = ["report", f"{factory}:factory", "--batch", "4", "--out-dir", str(tmp_path / "m")]
+    args = ["report", f"{digits_factory}:factory", "--batch", "4", "--out-dir", str(tmp_path / "m")]
     assert main(args + ["--png", str(tmp_path / "plain.png")]) == 0
     arena = int(re.search(r"arena ([\d,]+) B", capsys.readouterr().out).group(1)
                 .replace(",", ""))
@@ -217,12 +197,7 @@ def _smallest_budget(model, x, y, opt, target, out_dir):
 
 def test_paging_on_a_microcontroller_under_qemu(tmp_path):
     target = "cortex-m4"
-    missing = missing_tools(get_target(target))
-    if missing:
-        message = f"target {target}: {', '.join(missing)} not installed (scripts/setup.sh)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_tools(target)
     model, x, y = _zoo_batch("digits_cnn", 4)
     opt = ub.SGD(lr=0.05, momentum=0.9)
     smallest = _smallest_budget(model, x, y, opt, target, tmp_path / "no")
@@ -231,9 +206,5 @@ def test_paging_on_a_microcontroller_under_qemu(tmp_path):
     assert check_emitted_plan(pkg) <= smallest
     assert any(c.kernel == "ub_page_out" for c in pkg.programs["train_step"].calls)
     plain = ub.compile(model, (x,), y, optimizer=opt, target=target, out_dir=tmp_path / "plain")
-    budgeted, unbudgeted = _train(pkg, x, y), _train(plain, x, y)
-    try:
-        _assert_same_training(budgeted, unbudgeted)
-    finally:
-        for trainer in (budgeted[0], unbudgeted[0]):
-            trainer.close()
+    batches = [(x.numpy(), y.numpy())] * 3
+    assert_same_training(train_build(pkg, batches), train_build(plain, batches))

@@ -12,18 +12,15 @@
 import random
 import re
 
-import numpy as np
 import pytest
 import torch
+from emitted_plan import check_emitted_plan
+from harness import assert_same_training, train_build
 
 import ubitrain as ub
 from tools.greedy_planner import GreedyPlanner
 from ubitrain.memory.arena_planner import ArenaPlanner
 from ubitrain.zoo import ZOO
-
-STATEMENT = re.compile(r"^\s*(UB_TRY\(|memcpy\(|memset\(|ub_dropout_mask\(|\{ "
-                       r"|for \(uint32_t ub_mb |\} /\* next micro-batch)")
-POINTER = re.compile(r"A \+ (\d+)u")
 
 
 def _compile(name, batch, out_dir, optimizer=None, disable_passes=()):
@@ -34,64 +31,6 @@ def _compile(name, batch, out_dir, optimizer=None, disable_passes=()):
     pkg = ub.compile(entry.factory(), (x,), y, optimizer=optimizer or ub.Adam(),
                      out_dir=out_dir, disable_passes=disable_passes)
     return pkg, x, y
-
-
-def _arena_slots(call, line):
-    """The slots of one call in the order the emitter prints their pointers. A kernel's
-    argument that it reads through another one's pointer is printed as NULL: no pointer."""
-    if not call.builtin:
-        printed = line[line.index(f"{call.kernel}(") + len(call.kernel) + 1:].split(", ")
-        slots = [s for s, text in zip([call.scratch] + list(call.args), printed)
-                 if s is not None and not text.startswith("NULL")]
-    elif call.kernel == "ub_copy":
-        slots = [call.args[1], call.args[0]]
-    elif call.kernel == "ub_optimizer_coefficients":
-        slots = list(call.args) * len(call.attrs["code"])
-    else:
-        slots = list(call.args)
-    return [s for s in slots if s.root.kind != "constant" and not s.root.external]
-
-
-def _function_body(source, name):
-    start = source.index(f"{name}(")
-    start = source.index("{\n", start)
-    return source[start:source.index("\n}\n", start)]
-
-
-def check_emitted_plan(pkg):
-    """Every buffer's C offset, size and lifetime: no overlap while alive, all in the arena."""
-    source = (pkg.out_dir / "model.c").read_text()
-    header = (pkg.out_dir / "model.h").read_text()
-    arena = int(re.search(rf"#define UB_{pkg.model_name.upper()}_ARENA_BYTES (\d+)u",
-                          header).group(1))
-    persistent = {}
-    for prog in pkg.programs.values():
-        body = _function_body(source, f"ub_{pkg.model_name}_{prog.name}")
-        lines = [line for line in body.splitlines() if STATEMENT.match(line)
-                 and "ub_check_ctx" not in line]
-        assert len(lines) == len(prog.calls), prog.name
-        buffers = {}  # root slot -> [offset, bytes, first call, last call]
-        for i, (call, line) in enumerate(zip(prog.calls, lines)):
-            slots = _arena_slots(call, line)
-            offsets = [int(o) for o in POINTER.findall(line)]
-            assert len(offsets) == len(slots), line
-            for slot, offset in zip(slots, offsets):
-                root = slot.root
-                entry = buffers.setdefault(root, [offset, root.nbytes, i, i])
-                assert entry[0] == offset, f"{root.name} printed at two offsets"
-                entry[3] = i
-        for root, (offset, nbytes, _, _) in buffers.items():
-            assert offset % pkg.memory_plan.alignment == 0
-            assert offset + nbytes <= arena, root.name
-            if root.persistent:
-                assert persistent.setdefault(root, offset) == offset
-        live = list(buffers.items())
-        for n, (a, (oa, sa, fa, la)) in enumerate(live):
-            for b, (ob, sb, fb, lb) in live[n + 1:]:
-                together = a.persistent or b.persistent or (fa <= lb and fb <= la)
-                if together:
-                    assert oa + sa <= ob or ob + sb <= oa, (prog.name, a.name, b.name)
-    return arena
 
 
 def test_arena_planner_random_buffers_never_collide_and_beat_greedy():
@@ -149,12 +88,6 @@ def test_zoo_plan_holds_in_the_emitted_c(model_name, batch, tmp_path):
     assert all(b.decision == "keep" for b in plan.buffers) and len(names) == len(plan.buffers)
 
 
-def _train(pkg, x, y, steps=3):
-    trainer = pkg.build()
-    losses = [trainer.step(x.numpy(), y.numpy()) for _ in range(steps)]
-    return losses, trainer.parameters()
-
-
 def test_in_place_sharing_keeps_training_bit_identical(tmp_path):
     pkg, x, y = _compile("resnet_small", 2, tmp_path / "inplace",
                          ub.SGD(lr=0.05, momentum=0.9))
@@ -179,22 +112,14 @@ def test_in_place_sharing_keeps_training_bit_identical(tmp_path):
     assert not any("_inplace" in c.kernel for c in plain.programs["train_step"].calls)
     assert plain.memory_plan.in_place_bytes == {"train_step": 0, "predict": 0}
 
-    losses_a, params_a = _train(pkg, x, y)
-    losses_b, params_b = _train(plain, x, y)
-    assert losses_a == losses_b
-    assert params_a.keys() == params_b.keys()
-    for name in params_a:
-        assert np.array_equal(params_a[name], params_b[name]), name
+    assert_same_training(train_build(pkg, [(x, y)] * 3), train_build(plain, [(x, y)] * 3))
 
 
-def test_report_command_draws_the_plan(tmp_path, capsys):
-    from pathlib import Path
-
+def test_report_command_draws_the_plan(tmp_path, capsys, digits_factory):
     from ubitrain.cli import main
 
-    factory = Path(__file__).parent.parent / "examples" / "digits_factory.py"
     png = tmp_path / "plan.png"
-    assert main(["report", f"{factory}:factory", "--batch", "4", "--out-dir",
+    assert main(["report", f"{digits_factory}:factory", "--batch", "4", "--out-dir",
                  str(tmp_path / "m"), "--png", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     text = (tmp_path / "plan.txt").read_text()

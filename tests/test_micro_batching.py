@@ -12,27 +12,24 @@
   later micro-batch leaves every parameter and running statistic as it was.
 * A micro_batches value that is not a divisor of the batch is a clear CompileError.
 
-Tolerance: the C and PyTorch both compute in float32, and micro-batching only reorders the
-batch reductions of the gradients (k partial sums, each scaled by 1/k, a power of two here,
-so exactly) and of the loss. The same bound as tests/test_optimizers.py covers rounding of
-reordered float32 sums: 1e-5 of each tensor's largest magnitude (the losses: 1e-5 of the
-loss). A wrong scale or a lost micro-batch moves the parameters by the learning rate times
-a gradient, orders of magnitude more.
+Every step is judged by the fidelity referee (harness.assert_trains_like_torch): micro-batching
+only reorders the batch reductions of the gradients and of the loss, which float32 PyTorch's
+own spread covers; a wrong scale or a lost micro-batch moves the parameters by the learning
+rate times a gradient, orders of magnitude more. PyTorch's gradient accumulation with
+BatchNorm is the model run chunk by chunk (`Chunked`), judged against the plain model's build.
 """
 
-import copy
 import re
 
 import numpy as np
 import pytest
 import torch
-from test_memory_guarantees import check_emitted_plan
+from emitted_plan import check_emitted_plan
+from harness import assert_trains_like_torch
 from torch import nn
 
 import ubitrain as ub
 from ubitrain.memory.budget import BudgetTooSmall
-
-TOL = 1e-5
 
 
 class SmallCnn(nn.Module):
@@ -55,40 +52,27 @@ def _data(batch, steps=3):
     return model, data
 
 
-def _assert_trains_like_torch(pkg, model, torch_opt, data):
-    trainer = pkg.build()
-    for x, y in data:
-        loss = trainer.step(x.numpy(), y.numpy())
-        torch_opt.zero_grad()
-        expected = nn.functional.cross_entropy(model(x), y)
-        expected.backward()
-        torch_opt.step()
-        assert abs(loss - expected.item()) <= TOL * abs(expected.item())
-    params = trainer.parameters()
-    for name, value in model.state_dict().items():
-        v = value.numpy()
-        assert np.abs(params[name] - v).max() <= TOL * np.abs(v).max(), name
-    state = trainer.optimizer_state()
-    for name, p in model.named_parameters():
-        for key, value in torch_opt.state[p].items():
-            if key != "step":
-                v = value.numpy()
-                assert np.abs(state[f"{name}.{key}"] - v).max() <= TOL * np.abs(v).max()
-    model.eval()
-    x = data[0][0]
-    out = model(x).detach().numpy()
-    assert np.abs(trainer.predict(x.numpy()) - out).max() <= TOL * np.abs(out).max()
+class Chunked(nn.Sequential):
+    """The layers of a Sequential run over each of `k` chunks of the batch in turn: PyTorch's
+    gradient accumulation over the same micro-batches, BatchNorm's batch statistics and
+    running statistics per chunk included (the loss, a mean over the batch, is the mean of
+    the chunks' means, the chunks being equal)."""
+
+    def __init__(self, model: nn.Sequential, k: int):
+        super().__init__(*model)
+        self.k = k
+
+    def forward(self, x):
+        return torch.cat([super(Chunked, self).forward(c) for c in x.chunk(self.k)])
 
 
-@pytest.mark.parametrize("k, ub_opt, make_torch", [
-    (2, ub.SGD(lr=0.1, momentum=0.9), lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)),
-    (4, ub.Adam(lr=0.01), lambda p: torch.optim.Adam(p, lr=0.01)),
-], ids=["sgd_momentum_k2", "adam_k4"])
-def test_forced_micro_batches_train_like_full_batch_torch(k, ub_opt, make_torch, tmp_path):
+@pytest.mark.parametrize("k, optimizer", [(2, ub.SGD(lr=0.1, momentum=0.9)),
+                                          (4, ub.Adam(lr=0.01))],
+                         ids=["sgd_momentum_k2", "adam_k4"])
+def test_forced_micro_batches_train_like_full_batch_torch(k, optimizer, tmp_path):
     model, data = _data(8)
-    x, y = data[0]
-    pkg = ub.compile(copy.deepcopy(model), (x,), y, optimizer=ub_opt, micro_batches=k,
-                     out_dir=tmp_path / "mb")
+    pkg = assert_trains_like_torch(model, data, optimizer, tmp_path / "mb",
+                                   micro_batches=k).package
     train = pkg.programs["train_step"]
     assert pkg.memory_plan.micro_batches == k
     assert sum(c.kernel == "ub_micro_batch_begin" for c in train.calls) == 1
@@ -96,7 +80,6 @@ def test_forced_micro_batches_train_like_full_batch_torch(k, ub_opt, make_torch,
     accs = {b.name for b in pkg.memory_plan.buffers if b.kind == "accumulator"}
     assert len(accs) == len(list(model.parameters())) + 1  # and the loss
     assert check_emitted_plan(pkg) == pkg.memory_plan.arena_bytes
-    _assert_trains_like_torch(pkg, model, make_torch(model.parameters()), data)
 
 
 def test_budget_only_micro_batching_meets(tmp_path):
@@ -107,8 +90,8 @@ def test_budget_only_micro_batching_meets(tmp_path):
         ub.compile(model, (x,), y, optimizer=opt, memory_budget=1, micro_batches=1,
                    out_dir=tmp_path / "k1")
     budget = whole_batch.value.smallest_bytes - 1  # no plan at k = 1 fits this
-    pkg = ub.compile(copy.deepcopy(model), (x,), y, optimizer=opt, memory_budget=budget,
-                     out_dir=tmp_path / "mb")
+    pkg = assert_trains_like_torch(model, data, opt, tmp_path / "mb",
+                                   memory_budget=budget).package
     plan = pkg.memory_plan
     assert plan.micro_batches > 1
     assert check_emitted_plan(pkg) == plan.arena_bytes <= budget
@@ -117,8 +100,6 @@ def test_budget_only_micro_batching_meets(tmp_path):
     assert f"{plan.micro_batches} micro-batches" in report.summary()
     assert report.accumulator_bytes == sum(b.nbytes for b in plan.buffers
                                            if b.kind == "accumulator")
-    _assert_trains_like_torch(pkg, model, torch.optim.SGD(model.parameters(), lr=0.1,
-                                                          momentum=0.9), data)
 
 
 def test_smallest_budget_counts_micro_batching(tmp_path):
@@ -152,15 +133,13 @@ def test_recompute_and_page_inside_the_micro_batch_loop(tmp_path):
                    out_dir=tmp_path / "no")
     assert "with micro_batches=2" in str(err.value)
     budget = err.value.smallest_bytes
-    pkg = ub.compile(copy.deepcopy(model), (x,), y, optimizer=opt, memory_budget=budget,
-                     micro_batches=2, out_dir=tmp_path / "mb")
+    pkg = assert_trains_like_torch(model, data, opt, tmp_path / "mb", memory_budget=budget,
+                                   micro_batches=2).package
     assert check_emitted_plan(pkg) <= budget
     calls = [c.kernel for c in pkg.programs["train_step"].calls]
     begin, end = calls.index("ub_micro_batch_begin"), calls.index("ub_micro_batch_end")
     assert "ub_page_out" in calls[begin:end] and "ub_page_in" in calls[begin:end]
     assert {"page", "recompute"} <= {b.decision for b in pkg.memory_plan.buffers}
-    _assert_trains_like_torch(pkg, model, torch.optim.SGD(model.parameters(), lr=0.1,
-                                                          momentum=0.9), data)
 
 
 def test_batchnorm_model_warns_and_trains_like_torch_accumulation(tmp_path):
@@ -172,29 +151,14 @@ def test_batchnorm_model_warns_and_trains_like_torch_accumulation(tmp_path):
     x, y = torch.randn(4, 1, 8, 8), torch.randint(0, 3, (4,))
     with pytest.warns(ub.UbitrainWarning,
                       match=r"\(1\) see one micro-batch.*statistics of each micro-batch"):
-        pkg = ub.compile(copy.deepcopy(model), (x,), y, optimizer=ub.SGD(lr=0.1),
-                         micro_batches=2, out_dir=tmp_path / "bn")
-    assert "2 micro-batches" in pkg.memory_plan.summary()
-    trainer = pkg.build()
-    reference = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _ in range(2):
-        loss = trainer.step(x.numpy(), y.numpy())
-        reference.zero_grad()
-        expected = 0.0
-        for xs, ys in zip(x.chunk(2), y.chunk(2)):
-            part = nn.functional.cross_entropy(model(xs), ys) / 2
-            part.backward()
-            expected += part.item()
-        reference.step()
-        assert abs(loss - expected) <= TOL * abs(expected)
-    params = trainer.parameters()
-    for name, value in model.state_dict().items():
-        v = value.numpy()
-        if v.dtype.kind == "i":  # num_batches_tracked: once per micro-batch, as in PyTorch
-            assert np.array_equal(params[name], v), name
-        else:
-            assert np.abs(params[name] - v).max() <= TOL * np.abs(v).max(), name
+        judged = assert_trains_like_torch(Chunked(model, 2), [(x, y)] * 2, ub.SGD(lr=0.1),
+                                          tmp_path / "bn", compiled=model, micro_batches=2)
+    assert "2 micro-batches" in judged.package.memory_plan.summary()
+    # num_batches_tracked counts micro-batches, as in PyTorch (the referee compares it exactly)
+    assert judged.parameters["1.num_batches_tracked"] == 4
     # A non-finite loss in the last micro-batch changes no state, running statistics included.
+    trainer = judged.trainer
+    params = trainer.parameters()
     bad = x.clone()
     bad[-1, 0, 0, 0] = float("nan")
     with pytest.raises(ub.RuntimeStatusError, match="not finite"):

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_targets import require_tools
+from harness import require_tools
 
 from tools.microkernels import harness
 from tools.microkernels.cases import (

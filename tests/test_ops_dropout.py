@@ -1,20 +1,20 @@
 """Dropout in training mode, with the C runtime's masks replayed in PyTorch: the generated C
 against PyTorch. In-place Dropout, bernoulli_ masks and StochasticDepth: test_dropout_inplace.py.
 
-Each case is judged by `op_harness.check` (op_harness.py says how).
+Each op case is judged by `op_harness.check` (op_harness.py says how), the steps by the
+referee (harness.assert_trains_like_torch).
 """
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
-from op_harness import check, randn, reference_dropout, rel_err, seeded
+from harness import assert_trains_like_torch, rel_err
+from op_harness import check, randn, seeded
 from torch import nn
 
 import ubitrain as ub
-from ubitrain.fidelity.dropout import dropout_masks
+from ubitrain.fidelity.dropout import dropout_masks, splitmix64
 
 
 class TwoDropouts(nn.Module):
@@ -29,7 +29,6 @@ class TwoDropouts(nn.Module):
 
 def test_splitmix64_reference():
     """The numpy generator is SplitMix64 (reference outputs for seed 0 and 1234567)."""
-    from ubitrain.fidelity.dropout import splitmix64
     draws, _ = splitmix64(0, 3)
     assert [int(d) for d in draws] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
     draws, _ = splitmix64(1234567, 3)
@@ -47,26 +46,15 @@ def test_dropout(seed, tmp_path):
 
 
 def test_dropout_masks_redrawn_each_step(tmp_path):
-    """The generator's state runs on across steps: step 2 uses the next draws."""
+    """The generator's state runs on across steps: step 2 uses the next draws. The referee
+    gives PyTorch the masks the C draws from the state it reports before each step; after two
+    steps that state is the seed advanced past all four masks."""
     p, seed = 0.4, 3
-    model = seeded(TwoDropouts(p))
     x, y = randn(4, 6), randn(4, 8, seed=1)
-    pkg = ub.compile(model, (x,), y, loss="mse", optimizer=ub.SGD(lr=0.5),
-                     out_dir=tmp_path / "drop")
-    tr = pkg.build(seed=seed)
-    ref = copy.deepcopy(model).double()
-    opt = torch.optim.SGD(ref.parameters(), lr=0.5)
-    masks = dropout_masks(seed, [(4, 8)] * 4, p)  # step 1: masks 0, 1; step 2: masks 2, 3
-    for step in range(2):
-        with reference_dropout(masks[2 * step:2 * step + 2]):
-            loss = torch.mean((ref(x.double()) - y.double()) ** 2)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        assert rel_err(tr.step(x, y), loss.item()) <= 1e-4
-    got = tr.parameters()
-    for name, value in ref.state_dict().items():
-        assert rel_err(got[name], value.numpy()) <= 1e-4, name
+    judged = assert_trains_like_torch(seeded(TwoDropouts(p)), [(x, y)] * 2, ub.SGD(lr=0.5),
+                                      tmp_path, loss="mse", seed=seed)
+    _, after_four_masks = splitmix64(seed, 4 * 4 * 8)  # two steps of two (4, 8) masks
+    assert judged.trainer.rng_state == after_four_masks
 
 
 def test_dropout_p0_is_identity(tmp_path):

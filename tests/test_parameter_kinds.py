@@ -1,14 +1,15 @@
 """Parameters and buffers that are not plain trainable float tensors, trained in the C as
 PyTorch trains them: a parameter tied between layers (one tensor, gradients of every use
 summed, one optimizer state), parameters frozen with requires_grad_(False), and int64
-buffers. The referee is PyTorch autograd and torch.optim on a float64 copy of the model."""
+buffers. Each is judged by the fidelity referee (harness.assert_trains_like_torch)."""
 
 import copy
 
 import numpy as np
 import pytest
 import torch
-from op_harness import RTOL, rel_err
+from harness import assert_trains_like_torch, batches, rel_err
+from op_harness import RTOL
 from torch import nn
 
 import ubitrain as ub
@@ -65,40 +66,20 @@ class Int64Buffer(nn.Module):
         return self.fc(x + self.offset)
 
 
-def batches(model_in: int, classes: int, n: int = 3, batch: int = 4):
-    torch.manual_seed(5)
-    return [(torch.randn(batch, model_in), torch.randint(0, classes, (batch,)))
-            for _ in range(n)]
+def data(model_in: int, classes: int):
+    return batches((4, model_in), classes, steps=3, seed=5)
 
 
-def train_both(model, data, optimizer, torch_optimizer, tmp_path, **compile_kw):
-    """`len(data)` steps in the C and in float64 PyTorch; (trainer, reference model)."""
-    reference = copy.deepcopy(model).double()
-    pkg = ub.compile(copy.deepcopy(model), data[0][:1], data[0][1], optimizer=optimizer,
-                     out_dir=tmp_path / "m", **compile_kw)
-    trainer = pkg.build()
-    opt = torch_optimizer([p for p in reference.parameters() if p.requires_grad])
-    for x, y in data:
-        loss = trainer.step(x, y)
-        opt.zero_grad()
-        expected = nn.functional.cross_entropy(reference(x.double()), y)
-        expected.backward()
-        opt.step()
-        assert rel_err(loss, expected.item()) <= RTOL
-    return trainer, reference
-
-
-def assert_state_matches(trainer, reference):
-    """Every state_dict name reported, float tensors within RTOL, int64 ones exact."""
-    params = trainer.parameters()
-    want = reference.state_dict()
+def assert_state_reported(judged, model):
+    """Every state_dict name reported by the C, float tensors as float32, int64 ones as int64
+    (the referee compares what is reported: float tensors against PyTorch's spread, integer
+    ones exactly)."""
+    params = judged.parameters
+    want = model.state_dict()
     assert sorted(params) == sorted(want)
     for name, value in want.items():
-        if value.dtype == torch.int64:
-            assert params[name].dtype == np.int64 and np.array_equal(params[name], value), name
-        else:
-            assert params[name].dtype == np.float32, name
-            assert rel_err(params[name], value.numpy()) <= RTOL, name
+        dtype = np.int64 if value.dtype == torch.int64 else np.float32
+        assert params[name].dtype == dtype, name
 
 
 # ---- tied parameters ------------------------------------------------------------------------
@@ -106,25 +87,21 @@ def assert_state_matches(trainer, reference):
 def test_tied_weight_sums_both_gradients_with_one_momentum(tmp_path):
     torch.manual_seed(0)
     model = TiedLinears()
-    trainer, reference = train_both(
-        model, batches(6, 3), ub.SGD(lr=0.1, momentum=0.9, weight_decay=0.01),
-        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01), tmp_path)
-    assert reference.a.weight is reference.b.weight
-    assert trainer.package.trainable == ["a.weight", "a.bias", "b.bias", "head.weight",
-                                         "head.bias"]
-    assert_state_matches(trainer, reference)  # b.weight reported too, equal to a.weight
-    params = trainer.parameters()
+    judged = assert_trains_like_torch(model, data(6, 3),
+                                      ub.SGD(lr=0.1, momentum=0.9, weight_decay=0.01), tmp_path)
+    assert judged.package.trainable == ["a.weight", "a.bias", "b.bias", "head.weight",
+                                        "head.bias"]
+    assert_state_reported(judged, model)  # b.weight reported too, equal to a.weight
+    params = judged.parameters
     assert np.array_equal(params["a.weight"], params["b.weight"])
-    assert len(trainer.optimizer_state()) == 5  # one momentum buffer for the tied weight
+    assert len(judged.optimizer_state) == 5  # one momentum buffer for the tied weight
 
 
 def test_a_module_used_twice_trains_like_pytorch_with_adam(tmp_path):
     torch.manual_seed(1)
     model = SharedBlock()
-    trainer, reference = train_both(model, batches(5, 4), ub.Adam(lr=0.01),
-                                    lambda ps: torch.optim.Adam(ps, lr=0.01), tmp_path)
-    assert sorted(trainer.parameters()) == sorted(model.state_dict())
-    assert_state_matches(trainer, reference)
+    judged = assert_trains_like_torch(model, data(5, 4), ub.Adam(lr=0.01), tmp_path)
+    assert_state_reported(judged, model)
 
 
 def test_tied_weight_loads_under_either_name_and_refuses_a_conflict(tmp_path):
@@ -150,14 +127,13 @@ def test_tied_weight_loads_under_either_name_and_refuses_a_conflict(tmp_path):
 def test_trainable_may_name_a_tied_weight_by_either_name(tmp_path):
     torch.manual_seed(3)
     model = TiedLinears()
-    for name, p in model.named_parameters():  # the reference trains the same two
-        p.requires_grad_(name in ("a.weight", "head.bias"))
-    trainer, reference = train_both(
-        model, batches(6, 3), ub.SGD(lr=0.1, momentum=0.9),
-        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), tmp_path,
-        trainable=["b.weight", "head.bias"])
-    assert trainer.package.trainable == ["a.weight", "head.bias"]
-    assert_state_matches(trainer, reference)
+    judged = assert_trains_like_torch(model, data(6, 3), ub.SGD(lr=0.1, momentum=0.9), tmp_path,
+                                      trainable=["b.weight", "head.bias"])
+    assert judged.package.trainable == ["a.weight", "head.bias"]
+    assert_state_reported(judged, model)
+    for name, p in model.named_parameters():  # the others stay as they were
+        if name not in ("a.weight", "head.bias"):
+            assert np.array_equal(judged.parameters[name], p.detach().numpy()), name
 
 
 def test_a_tied_weight_cannot_train_in_part(tmp_path):
@@ -176,17 +152,15 @@ def test_frozen_parameters_stay_bit_identical(trainable, tmp_path):
     model = PartlyFrozen()  # b frozen with requires_grad_(False)
     if isinstance(trainable, ub.SparseUpdate):  # the rule leaves a.weight out: so does torch
         model.a.weight.requires_grad_(False)
-    initial = {k: v.clone() for k, v in model.state_dict().items()}
-    trainer, reference = train_both(
-        model, batches(6, 3), ub.SGD(lr=0.05, momentum=0.9),
-        lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9), tmp_path, trainable=trainable)
-    assert trainer.package.trainable == [n for n, p in model.named_parameters()
-                                         if p.requires_grad]
-    params = trainer.parameters()
+    judged = assert_trains_like_torch(model, data(6, 3), ub.SGD(lr=0.05, momentum=0.9),
+                                      tmp_path, trainable=trainable)
+    assert judged.package.trainable == [n for n, p in model.named_parameters()
+                                        if p.requires_grad]
+    params = model.state_dict()
     for name in ("b.weight", "b.bias"):
-        assert np.array_equal(params[name], initial[name].numpy()), name
-    assert len(trainer.optimizer_state()) == len(trainer.package.trainable)
-    assert_state_matches(trainer, reference)
+        assert np.array_equal(judged.parameters[name], params[name].numpy()), name
+    assert len(judged.optimizer_state) == len(judged.package.trainable)
+    assert_state_reported(judged, model)
 
 
 def test_trainable_naming_a_frozen_parameter_is_refused(tmp_path):
@@ -200,15 +174,14 @@ def test_trainable_naming_a_frozen_parameter_is_refused(tmp_path):
 def test_int64_buffers_keep_their_values_and_dtype(tmp_path):
     torch.manual_seed(6)
     model = Int64Buffer()
-    trainer, reference = train_both(
-        model, batches(4, 3), ub.SGD(lr=0.1, momentum=0.9),
-        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), tmp_path)
-    assert_state_matches(trainer, reference)
-    x = torch.randn(4, 4)
-    with torch.no_grad():
-        want = reference(x.double()).numpy()
-    assert rel_err(trainer.predict(x), want) <= RTOL
+    judged = assert_trains_like_torch(model, data(4, 3), ub.SGD(lr=0.1, momentum=0.9),
+                                      tmp_path)  # int64 buffers compared exactly
+    assert_state_reported(judged, model)
+    trainer = judged.trainer
+    reference = copy.deepcopy(model).double()  # with the state the C reached
+    reference.load_state_dict({k: torch.from_numpy(v) for k, v in trainer.parameters().items()})
     # A new value loads (and the read one is used by the next forward pass).
+    x = torch.randn(4, 4)
     trainer.load_parameters({"offset": np.array([0, 0, 0, 0], np.int64)})
     assert trainer.parameters()["offset"].dtype == np.int64
     reference.offset.zero_()

@@ -5,8 +5,8 @@ column that no 2x2 window covers, whose gradient must be zero; one channel's win
 zero (ties, no gradient through the ReLU); an overlapping 3x3 / 2 pool is not fused. The
 fused kernel also runs out of place (where x outlives it), a loop of its own."""
 
-import numpy as np
 import torch
+from harness import assert_pass_changes_no_bit, assert_trains_like_torch
 from torch import nn
 
 import ubitrain as ub
@@ -42,51 +42,33 @@ def data():
             for _ in range(STEPS)]
 
 
-def train(pool, fused, out_dir):
-    batches = data()
-    pkg = ub.compile(model(pool), (batches[0][0],), batches[0][1],
-                     optimizer=ub.SGD(lr=0.1, momentum=0.9), out_dir=out_dir,
-                     disable_passes=() if fused else ("pool_relu_grads",))
-    calls = pkg.programs["train_step"].calls
-    trainer = pkg.build()
-    for x, y in batches:
-        trainer.step(x.numpy(), y.numpy())
-    return calls, pkg.memory_plan.arena_bytes, trainer.parameters()
+def fused_calls(pkg):
+    return [c for c in pkg.programs["train_step"].calls if "max_pool2d_backward_relu" in c.kernel]
 
 
 def test_fused_pool_relu_gradient_is_bit_identical_in_place_and_like_pytorch(tmp_path):
-    calls, arena, params = train(nn.MaxPool2d(2), True, tmp_path / "fused")
-    fused = [c for c in calls if "max_pool2d_backward_relu" in c.kernel]
-    assert len(fused) == 2
-    assert all(c.args[2].root is c.args[1].root for c in fused)  # dz over x: in place
-    _, arena_apart, apart = train(nn.MaxPool2d(2), False, tmp_path / "apart")
-    assert arena < arena_apart
-    for name, value in params.items():
-        assert np.array_equal(value, apart[name]), name
-
-    m = model(nn.MaxPool2d(2))
-    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
-    for x, y in data():
-        opt.zero_grad()
-        nn.functional.cross_entropy(m(x), y).backward()
-        opt.step()
-    for name, value in m.state_dict().items():
-        torch.testing.assert_close(torch.from_numpy(params[name]), value, rtol=1e-5, atol=1e-5)
+    fused, apart = assert_pass_changes_no_bit(model(nn.MaxPool2d(2)), data(),
+                                              ub.SGD(lr=0.1, momentum=0.9), "pool_relu_grads",
+                                              tmp_path)
+    calls = fused_calls(fused.package)
+    assert len(calls) == 2
+    assert all(c.args[2].root is c.args[1].root for c in calls)  # dz over x: in place
+    assert fused.package.memory_plan.arena_bytes < apart.memory_plan.arena_bytes
 
 
 def test_fused_pool_relu_gradient_out_of_place_is_bit_identical(tmp_path, monkeypatch):
     # dz gets its own buffer
     monkeypatch.setattr(pool_relu, "take_dying_buffer", lambda *args: None)
-    calls, _, params = train(nn.MaxPool2d(2), True, tmp_path / "fused")
-    fused = [c for c in calls if "max_pool2d_backward_relu" in c.kernel]
-    assert len(fused) == 2 and all(c.args[2].root is not c.args[1].root for c in fused)
-    _, _, apart = train(nn.MaxPool2d(2), False, tmp_path / "apart")
-    for name, value in params.items():
-        assert np.array_equal(value, apart[name]), name
+    fused, _ = assert_pass_changes_no_bit(model(nn.MaxPool2d(2)), data(),
+                                          ub.SGD(lr=0.1, momentum=0.9), "pool_relu_grads",
+                                          tmp_path)
+    calls = fused_calls(fused.package)
+    assert len(calls) == 2 and all(c.args[2].root is not c.args[1].root for c in calls)
 
 
 def test_overlapping_windows_are_not_fused(tmp_path):
-    calls, _, _ = train(nn.MaxPool2d(3, stride=2), True, tmp_path / "overlap")
-    kernels = [c.kernel for c in calls]
+    judged = assert_trains_like_torch(model(nn.MaxPool2d(3, stride=2)), data(),
+                                      ub.SGD(lr=0.1, momentum=0.9), tmp_path)
+    kernels = [c.kernel for c in judged.package.programs["train_step"].calls]
     assert not any("max_pool2d_backward_relu" in k for k in kernels)
     assert any("max_pool2d_backward" in k for k in kernels)

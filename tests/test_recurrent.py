@@ -1,5 +1,5 @@
 """nn.GRU, nn.LSTM and nn.RNN train through the generated C as in PyTorch: each configuration
-over 3 steps, judged against PyTorch in float64 (ubitrain.fidelity.referee: every parameter's
+over 3 steps, judged against PyTorch in float64 (harness.assert_trains_like_torch: every parameter's
 change and optimizer state per step, so every gradient of backprop through time, and the
 eval-mode output). Short odd sequences keep it fast; the 49-step keyword-spotting nets are
 tests/test_real_models.py's."""
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from harness import assert_trains_like_torch
 from torch import nn
 
 import ubitrain as ub
 from ubitrain.errors import UnsupportedOpError
-from ubitrain.fidelity.referee import judge
 
 CLASSES, FEATURES, HIDDEN = 3, 3, 5
 
@@ -72,8 +72,7 @@ def _judge(cls, rnn_kw, tmp_path, batch=2, steps=5, read="seq", h0=None, optimiz
     torch.manual_seed(0)
     model = Recurrent(cls(FEATURES, HIDDEN, **rnn_kw), steps, read, h0)
     optimizer = optimizer or ub.SGD(lr=0.1, momentum=0.9)
-    verdict = judge(model, _batches(model, batch, steps), optimizer, tmp_path)
-    assert verdict.status == "match", verdict.summary()
+    assert_trains_like_torch(model, _batches(model, batch, steps), optimizer, tmp_path)
 
 
 # (rnn keyword arguments, batch, steps, read, h0, optimizer)

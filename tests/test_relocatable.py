@@ -6,9 +6,8 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-import numpy as np
 import torch
-from test_targets import require_tools
+from harness import assert_same_training, require_tools, train_build
 from torch import nn
 
 import ubitrain as ub
@@ -39,22 +38,6 @@ def files(project: Path) -> dict[str, bytes]:
             if p.is_file() and not p.relative_to(project).parts[0].startswith("build")}
 
 
-def train(pkg) -> tuple[list[float], dict]:
-    trainer = pkg.build()
-    try:
-        losses = [trainer.step(x.numpy(), y.numpy()) for x, y in batches()]
-        return losses, trainer.parameters()
-    finally:
-        getattr(trainer, "close", lambda: None)()
-
-
-def assert_same_training(a, b):
-    assert np.asarray(a[0]).tobytes() == np.asarray(b[0]).tobytes()
-    assert a[1].keys() == b[1].keys()
-    for name in a[1]:
-        assert a[1][name].tobytes() == b[1][name].tobytes(), name
-
-
 def test_the_same_model_gives_the_same_project_in_any_folder(tmp_path):
     one = compile_into(tmp_path / "first" / "net")
     two = compile_into(tmp_path / "second" / "deeper" / "net")
@@ -73,8 +56,8 @@ def _moved(pkg, tmp_path: Path):
 
 def test_a_moved_host_project_builds_and_trains_the_same(tmp_path):
     pkg = compile_into(tmp_path / "here" / "net")
-    before = train(pkg)
-    assert_same_training(train(_moved(pkg, tmp_path)), before)
+    before = train_build(pkg, batches())
+    assert_same_training(train_build(_moved(pkg, tmp_path), batches()), before)
 
 
 def test_a_moved_cross_project_builds_with_its_own_toolchain(tmp_path):
@@ -83,5 +66,5 @@ def test_a_moved_cross_project_builds_with_its_own_toolchain(tmp_path):
     require_tools("aarch64-neon")
     pkg = compile_into(tmp_path / "here" / "net", "aarch64-neon")
     assert (pkg.out_dir / "toolchains" / "aarch64-neon" / "toolchain.cmake").is_file()
-    before = train(pkg)
-    assert_same_training(train(_moved(pkg, tmp_path)), before)
+    before = train_build(pkg, batches())
+    assert_same_training(train_build(_moved(pkg, tmp_path), batches()), before)

@@ -6,6 +6,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from harness import assert_trains_like_torch, rel_err, torch_steps_with_frozen_rows, zoo_case
 
 import ubitrain as ub
 from ubitrain.zoo import ZOO
@@ -29,44 +30,22 @@ def test_selection():
 @pytest.mark.parametrize("rule", [ub.SparseUpdate(biases=True),
                                   ub.SparseUpdate(biases=True, last_layers=1)])
 def test_sparse_update_trains_like_pytorch_with_the_rest_frozen(rule, tmp_path):
-    entry = ZOO["resnet_small"]
-    torch.manual_seed(1)
-    model = entry.factory().train()
-    batches = [(torch.randn(4, *entry.sample_shape), torch.randint(0, 10, (4,)))
-               for _ in range(4)]
-    pkg = ub.compile(copy.deepcopy(model), batches[0][:1], batches[0][1], trainable=rule,
-                     optimizer=ub.SGD(lr=0.005, momentum=0.9), out_dir=tmp_path / "sparse")
+    model, batches = zoo_case("resnet_small", 4, 4)
+    judged = assert_trains_like_torch(model, batches, ub.SGD(lr=0.005, momentum=0.9),
+                                      tmp_path / "sparse", trainable=rule)
     trainable = set(rule.select([n for n, _ in model.named_parameters()]))
-    assert pkg.trainable == [n for n, _ in model.named_parameters() if n in trainable]
-    trainer = pkg.build()
+    assert judged.package.trainable == [n for n, _ in model.named_parameters()
+                                        if n in trainable]
     for name, p in model.named_parameters():
-        p.requires_grad_(name in trainable)
-    reference = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.005,
-                                momentum=0.9)
-    initial = copy.deepcopy(model.state_dict())
-    for x, y in batches:
-        loss = trainer.step(x, y)
-        reference.zero_grad()
-        expected = torch.nn.functional.cross_entropy(model(x), y)
-        expected.backward()
-        reference.step()
-        assert abs(loss - expected.item()) <= 1e-4 * expected.item()
-    params = trainer.parameters()
-    for name, value in model.state_dict().items():
-        v = value.numpy()
-        assert np.abs(params[name] - v).max() <= 1e-4 * max(np.abs(v).max(), 1e-6), name
-        if name in dict(model.named_parameters()) and name not in trainable:
-            assert np.array_equal(params[name], initial[name].numpy()), name  # frozen
+        if name not in trainable:
+            assert np.array_equal(judged.parameters[name], p.detach().numpy()), name  # frozen
 
 
 def test_a_fraction_of_channels_trains_like_pytorch_with_the_other_rows_frozen(tmp_path):
     """tiny-training's channel-sparse update: PyTorch trains the whole weight and the frozen
-    rows are put back after each step, which is exact for an elementwise optimizer."""
-    entry = ZOO["lenet5"]
-    torch.manual_seed(1)
-    model = entry.factory().train()
-    batches = [(torch.randn(4, *entry.sample_shape), torch.randint(0, 10, (4,)))
-               for _ in range(3)]
+    rows are put back after each step, which is exact for an elementwise optimizer (the
+    referee trains whole parameters only)."""
+    model, batches = zoo_case("lenet5", 4, 3)
     rule = ub.SparseUpdate(biases=True, channels={"features.3": 0.5, "classifier.0": 0.25})
     pkg = ub.compile(copy.deepcopy(model), batches[0][:1], batches[0][1], trainable=rule,
                      optimizer=ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-3),
@@ -83,24 +62,17 @@ def test_a_fraction_of_channels_trains_like_pytorch_with_the_other_rows_frozen(t
     (fc,) = [c for c in train.calls if c.attrs.get("param") == "classifier.0.weight[0:30]"]
     assert "matmul_update" in fc.kernel and fc.args[2].shape == (30, 400)
 
+    want_losses, want = torch_steps_with_frozen_rows(
+        model, batches, lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-3),
+        {n: trained_rows.get(n, p.shape[0] if n.endswith(".bias") else 0)
+         for n, p in model.named_parameters()})
     trainer = pkg.build()
-    initial = copy.deepcopy(model.state_dict())
-    reference = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
-    for x, y in batches:
-        loss = trainer.step(x, y)
-        reference.zero_grad()
-        expected = torch.nn.functional.cross_entropy(model(x), y)
-        expected.backward()
-        reference.step()
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                rows = trained_rows.get(name, p.shape[0] if name.endswith(".bias") else 0)
-                p[rows:] = initial[name][rows:]
-        assert abs(loss - expected.item()) <= 1e-4 * expected.item()
+    for got, expected in zip(trainer.train(batches), want_losses, strict=True):
+        assert rel_err(got, expected) <= 1e-4
     params = trainer.parameters()
-    for name, value in model.state_dict().items():
-        v = value.numpy()
-        assert np.abs(params[name] - v).max() <= 1e-4 * max(np.abs(v).max(), 1e-6), name
+    for name, value in want.items():
+        assert rel_err(params[name], value) <= 1e-4, name
+    initial = model.state_dict()
     for name, rows in trained_rows.items():
         assert np.array_equal(params[name][rows:], initial[name].numpy()[rows:]), name
         assert not np.array_equal(params[name][:rows], initial[name].numpy()[:rows]), name

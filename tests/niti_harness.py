@@ -1,0 +1,46 @@
+"""What the precision="int8" (NITI) tests share: a small integer-only CNN, its batches, and the
+check of a build against the numpy reference of NITI (ubitrain.int8.reference), bit for bit."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from ubitrain.int8.reference import NitiReference
+
+
+def niti_net(seed: int = 0):
+    """Two bias-free convs with ReLU, a max pool and a bias-free Linear: 8x8 in, 5 classes."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(4, 8, 3, stride=2, padding=1, bias=False), nn.ReLU(),
+                         nn.Flatten(), nn.Linear(32, 5, bias=False))
+
+
+def niti_batches(n: int, batch: int = 4, seed: int = 0):
+    """`n` batches of (float32 images [batch, 1, 8, 8], int64 labels in [0, 5)), as numpy."""
+    g = np.random.default_rng(seed)
+    return [(g.standard_normal((batch, 1, 8, 8)).astype(np.float32), g.integers(0, 5, batch))
+            for _ in range(n)]
+
+
+def check_against_reference(pkg, data, config):
+    """Train through the C and the reference side by side; every step must agree: the float
+    loss within rounding, the int8 weights, the state vector (every exponent, shift, interval
+    and counter), predict's logits and the float view of the weights exactly. Returns the
+    C's rescale statistics."""
+    ref = NitiReference(pkg.layer_program, config)
+    with pkg.build() as trainer:
+        for x, y in data:
+            loss_c, loss_ref = trainer.step(x, y), ref.step(x, y)
+            assert loss_c == pytest.approx(loss_ref, rel=1e-5)
+        state = trainer.int8_state()
+        for name, w in ref.weights.items():
+            assert state[name].dtype == np.int8
+            assert np.array_equal(state[name], w), name
+        assert np.array_equal(state["niti.state"], ref.state)
+        assert np.array_equal(trainer.predict(data[0][0]), ref.predict(data[0][0]))
+        stats = trainer.rescale_stats()
+        floats = trainer.parameters()
+    assert all(np.array_equal(floats[k], v) for k, v in ref.parameters().items())
+    return stats
