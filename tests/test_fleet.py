@@ -36,6 +36,26 @@ def test_bad_fleet_arguments_get_a_clear_error():
         label_split(np.zeros(10, np.int64), 2, -1.0, 0)
 
 
+@pytest.mark.parametrize("change, message", [
+    (dict(strategy="fedprox"), "FedProx's proximal step is exact for plain SGD only"),
+    (dict(strategy="nope"), "choose one of fedavg, fedprox, fedadam"),
+    (dict(precision="int8", strategy="fedadam"), "use strategy='fedavg'"),
+    (dict(min_clients=4), "a round samples 3 clients; give 1 to 3"),
+    (dict(screen="median"), "screen='median'"),
+    (dict(precision="int8", dp={"noise_multiplier": 1.0, "clipping_norm": 1.0}),
+     "use precision='fp32'"),
+    (dict(dp={"noise": 1.0}), "noise_multiplier"),
+])
+def test_a_fleet_run_refuses_bad_options_before_any_compile(change, message):
+    from ubitrain.fleet.simulate import check_run
+
+    run = dict(rounds=2, local_steps=2, fraction_train=1.0, strategy="fedavg", precision="fp32",
+               rounding="nearest", clients=3, min_clients=None, screen="norm", dp=None,
+               optimizer=ub.SGD(lr=0.1, momentum=0.9))
+    with pytest.raises(ub.UbitrainError, match=message):
+        check_run(**{**run, **change})
+
+
 @pytest.fixture(scope="module")
 def digits_trainers(tmp_path_factory):
     """(trainer, model) of the digits CNN compiled with SGD(lr=0.1, momentum), by momentum."""

@@ -108,7 +108,7 @@ def run_deployment(model_factory, client_data, test_data=None, *, optimizer=None
                                "in its own process; name one of fedavg, fedprox, fedadam")
     clients = len(client_data) if isinstance(client_data, (list, tuple)) else 0
     check_run(rounds, local_steps, fraction_train, strategy, precision, rounding, clients,
-              min_clients, screen, dp)
+              min_clients, screen, dp, optimizer)
     certificates = certificates.check() if certificates is not None else None
     out_dir = Path(out_dir).resolve()
     with out_dir_lock(out_dir):

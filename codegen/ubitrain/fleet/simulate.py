@@ -42,7 +42,7 @@ def clients_per_round(clients: int, fraction_train: float) -> int:
 
 
 def check_run(rounds, local_steps, fraction_train, strategy, precision, rounding,
-              clients=None, min_clients=None, screen="norm", dp=None):
+              clients=None, min_clients=None, screen="norm", dp=None, optimizer=None):
     """The strategy's class, after checking the run's numbers and their combination."""
     if rounds < 1 or local_steps < 1:
         raise UbitrainError(f"rounds={rounds}, local_steps={local_steps}: give at least one "
@@ -57,6 +57,9 @@ def check_run(rounds, local_steps, fraction_train, strategy, precision, rounding
                             "server: use strategy='fedavg'")
     if rounding not in ROUNDINGS:
         raise UbitrainError(f"rounding={rounding!r}: choose one of {', '.join(ROUNDINGS)}")
+    if issubclass(cls, FedProx) and (optimizer is None or getattr(optimizer, "momentum", 0)):
+        raise UbitrainError("FedProx's proximal step is exact for plain SGD only: use "
+                            "optimizer=ub.SGD(lr, momentum=0) (--momentum 0) with FedProx")
     if screen not in SCREENS:
         raise UbitrainError(f"screen={screen!r}: choose one of {SCREENS} (screening.py)")
     per_round = clients_per_round(clients, fraction_train) if clients else None
@@ -112,7 +115,7 @@ def run_fleet(model_factory, client_data, test_data=None, *, optimizer=None, rou
     out_dir at a time."""
     clients = len(client_data) if isinstance(client_data, (list, tuple)) else 0
     cls = check_run(rounds, local_steps, fraction_train, strategy, precision, rounding,
-                    clients, min_clients, screen, dp)
+                    clients, min_clients, screen, dp, optimizer)
     out_dir = Path(out_dir).resolve()
     with out_dir_lock(out_dir):
         return _run_fleet(cls, model_factory, client_data, test_data, optimizer, rounds,
@@ -133,9 +136,6 @@ def _run_fleet(cls, model_factory, client_data, test_data, optimizer, rounds, lo
                    precision=precision, optimizer=optimizer, batch=batch,
                    local_steps=local_steps, sparse=sparse, seed=seed, progress=progress,
                    total_steps=steps * rounds)
-    if issubclass(cls, FedProx) and getattr(prep.optimizer, "momentum", 0):
-        raise UbitrainError("FedProx's proximal step is exact for plain SGD only: use "
-                            "optimizer=ub.SGD(lr, momentum=0) with strategy fedprox")
     evaluator, test = prep.evaluator, prep.test
     setup = FleetSetup(prep.client_project, prep.client_library, prep.data_dir, seed,
                        prep.local, dict(faults) if isinstance(faults, dict) else frozenset(faults))
