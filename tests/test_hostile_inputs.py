@@ -353,3 +353,23 @@ def test_cli_keeps_torch_chatter_off_stderr(tmp_path):
                "--out-dir", str(tmp_path / "out"), cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert run.stderr.strip() == "", run.stderr
+
+
+def test_the_cli_starts_without_torch_or_tvm():
+    """`ubitrain --help` (and each command's --help) in a fresh interpreter imports neither
+    torch, TVM nor numpy: before the fix `import ubitrain` took seconds to load them."""
+    import subprocess
+    import sys
+
+    code = ("import contextlib, io, sys\n"
+            "from ubitrain.cli import COMMANDS, main\n"
+            "for argv in [['--help']] + [[c, '--help'] for c in COMMANDS]:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        try:\n"
+            "            main(argv)\n"
+            "        except SystemExit as e:\n"
+            "            assert e.code == 0, argv\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'tvm', 'numpy'}))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
