@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from ..errors import CompileError
+from ..frontend.dtypes import float32_model
 from ..frontend.onnx_import import is_onnx_model, load_onnx
 from ..targets import get_target
 from ..training.batch_coupling import check_micro_batches
@@ -31,6 +32,8 @@ def checked_request(pipeline, model, example_inputs, labels, loss, optimizer, tr
         raise CompileError(f"model must be a torch.nn.Module, an .onnx path or an "
                            f"onnx.ModelProto, got {type(model).__name__}")
     example_inputs, labels, out_dir = checked_io(example_inputs, labels, out_dir)
+    if isinstance(model, torch.nn.Module):  # float64/float16/bfloat16: a float32 copy
+        model, example_inputs, labels = float32_model(model, example_inputs, labels)
     if micro_batches is not None:
         micro_batches = check_micro_batches(micro_batches, example_inputs, labels)
     return Request(model, example_inputs, labels, loss, optimizer, trainable, tgt,
