@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import CompileError
+from ..errors import CompileError, warn
 from ..frontend.dtypes import float32_model
 from ..frontend.onnx_import import is_onnx_model, load_onnx
+from ..project.c_names import clash
 from ..targets import get_target
 from ..training.batch_coupling import check_micro_batches
 from ..training.losses import LOSSES
@@ -80,7 +81,20 @@ def _check_out_dir(out_dir: Path):
 
 def model_name(model, out_dir: Path, name: str | None = None) -> str:
     """The C prefix of the project (`ub_<name>_step`): `name`, else the out_dir's name, as a
-    C identifier."""
+    C identifier that declares none of ubitrain's own C names again (project/c_names.py)."""
     base = name or out_dir.name or type(model).__name__
     base = re.sub(r"[^0-9a-zA-Z]+", "_", base).strip("_").lower() or "model"
-    return base if not base[0].isdigit() else "m_" + base
+    base = base if not base[0].isdigit() else "m_" + base
+    taken = clash(base)
+    if taken and name:
+        raise CompileError(f"name={name!r} gives the C prefix ub_{base}_, which would declare "
+                           f"{taken} of ubitrain's own C again; choose another name")
+    if taken:
+        chosen = base + "_model"
+        while clash(chosen):
+            chosen += "_model"
+        warn(f"out_dir {out_dir.name!r} would give the C prefix ub_{base}_, which would "
+             f"declare {taken} of ubitrain's own C again; the prefix is ub_{chosen}_ (name= "
+             "chooses another)")
+        base = chosen
+    return base
