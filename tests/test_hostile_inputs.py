@@ -309,7 +309,7 @@ def test_the_trainer_restores_all_or_nothing_even_in_place(trainer, monkeypatch)
     state; HostTrainer.restore keeps a copy and puts it back on a failure."""
     assert not trainer.package.memory_plan.restore_is_atomic
     storage = _MemoryStorage()
-    monkeypatch.setattr(trainer, "_storage", lambda path: (None, storage.struct))
+    monkeypatch.setattr(trainer, "_storage", lambda path, create=False: (None, storage.struct))
     trainer.save("memory")
     trainer.step(np.ones((4, 3, 2, 2), np.float32), np.array([0, 1, 2, 1]))
     storage.reads = 0
@@ -332,8 +332,72 @@ def test_checkpoint_paths(trainer, tmp_path):
     assert (tmp_path / "bytes_path.0").exists() and not list(tmp_path.glob("b'*"))
     with pytest.raises(ub.InputError, match="the checkpoint path is 2011 bytes long"):
         trainer.save("/" + "x" * 2010)
-    with pytest.raises(ub.InputError, match="folder .*nowhere' does not exist"):
-        trainer.save(tmp_path / "nowhere" / "ck")
+    with pytest.raises(ub.InputError, match=r"no checkpoint at .*nowhere/ck': the folder "
+                                            r"'/.*/nowhere' does not exist"):
+        trainer.restore(tmp_path / "nowhere" / "ck")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ub.InputError, match="cannot make the checkpoint folder .*file': a file "
+                                            "of that name is in the way"):
+        trainer.save(tmp_path / "file" / "ck")
+
+
+def test_save_makes_the_folders_it_needs(trainer, tmp_path, monkeypatch):
+    """Before: `trainer.save("ckpt/mynet")` failed unless ckpt/ existed."""
+    monkeypatch.chdir(tmp_path)
+    before = trainer.parameters()
+    trainer.save("ckpt/a/mynet")
+    trainer.step(np.ones((4, 3, 2, 2), np.float32), np.array([0, 1, 2, 1]))
+    trainer.restore(tmp_path / "ckpt" / "a" / "mynet")
+    after = trainer.parameters()
+    assert all(np.array_equal(after[k], v) for k, v in before.items())
+    assert [p.name for p in (tmp_path / "ckpt" / "a").iterdir()] == ["mynet.0"]  # one save
+
+
+def test_load_parameters_refuses_values_that_are_not_finite(trainer):
+    """Before: a NaN loaded silently, and every later step's loss was NaN."""
+    before = trainer.parameters()
+    for bad in (np.nan, np.inf, -np.inf):
+        weight = before["1.weight"].copy()
+        weight[2, 5] = bad
+        with pytest.raises(ub.InputError, match=rf"parameter '1.weight' holds 1 value\(s\) that "
+                                                rf"are not finite \({bad} at \[2, 5\]\); load "
+                                                "finite values"):
+            trainer.load_parameters({"1.bias": before["1.bias"] + 1, "1.weight": weight})
+    after = trainer.parameters()
+    assert all(np.array_equal(after[k], v) for k, v in before.items())  # nothing written
+
+
+def test_load_optimizer_state_refuses_values_that_are_not_finite(tmp_path):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
+    trainer = ub.compile(model, (torch.randn(4, 3, 2, 2),), torch.randint(0, 3, (4,)),
+                         optimizer=ub.SGD(0.1, momentum=0.9), out_dir=tmp_path / "m").build()
+    state = trainer.optimizer_state()
+    name = next(iter(state))
+    with pytest.raises(ub.InputError, match=f"optimizer state '{name}' holds"):
+        trainer.load_optimizer_state({name: np.full_like(state[name], np.nan)})
+
+
+def test_an_inf_the_tensor_already_holds_loads_back(tmp_path):
+    """A buffer holding -inf (an attention mask): the trainer's own parameters() load back."""
+
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.register_buffer("mask", torch.tensor([0.0, -float("inf"), 0.0, 0.0]))
+
+        def forward(self, x):
+            return self.fc(x) + self.mask
+
+    trainer = ub.compile(Masked(), (torch.randn(2, 4),), torch.tensor([0, 2]),
+                         out_dir=tmp_path / "masked").build()
+    values = trainer.parameters()
+    assert np.isneginf(values["mask"][1])
+    trainer.load_parameters(values)
+    values["mask"][2] = -np.inf
+    with pytest.raises(ub.InputError, match=r"parameter 'mask' holds 1 value\(s\) that are not "
+                                            r"finite \(-inf at \[2\]\)"):
+        trainer.load_parameters(values)
 
 
 def test_save_does_not_follow_a_symlink_at_a_slot_path(trainer, tmp_path):

@@ -135,8 +135,9 @@ class HostTrainer(TrainerBase):
         out = np.zeros(self.package.output.shape, np.float32)
         return self._predict_fn(ctypes.byref(self.ctx), *[_ptr(x) for x in xs], _ptr(out)), out
 
-    def _storage(self, path) -> tuple[_FileStorage, _Storage]:
-        """The C file storage over `<path>.0` and `<path>.1`."""
+    def _storage(self, path, create: bool = False) -> tuple[_FileStorage, _Storage]:
+        """The C file storage over `<path>.0` and `<path>.1`; `create`: its folder made
+        first if it is missing."""
         try:
             prefix = os.fsencode(os.fspath(path))
         except TypeError:
@@ -146,8 +147,11 @@ class HostTrainer(TrainerBase):
             raise InputError(f"the checkpoint path is {len(prefix)} bytes long; the file "
                              f"storage takes at most {PREFIX_BYTES - 12}: use a shorter path")
         folder = os.path.dirname(prefix) or b"."
-        if not os.path.isdir(folder):
-            raise InputError(f"the checkpoint folder {os.fsdecode(folder)!r} does not exist")
+        if create:
+            make_folders(folder)
+        elif not os.path.isdir(folder):
+            raise InputError(f"no checkpoint at {os.fsdecode(prefix)!r}: the folder "
+                             f"{os.fsdecode(os.path.abspath(folder))!r} does not exist")
         files, storage = _FileStorage(), _Storage()
         open_storage = self.lib.ub_file_storage_open
         open_storage.restype = ctypes.c_int32
@@ -157,9 +161,9 @@ class HostTrainer(TrainerBase):
 
     def save(self, path) -> None:
         """A crash-safe checkpoint (parameters, buffers, optimizer state, step counter, the
-        Dropout generator) in the files `<path>.0` and `<path>.1`: a save cut short leaves
-        the previous one, and a save that returned is on disk (fsync)."""
-        files, storage = self._storage(path)
+        Dropout generator) in the files `<path>.0` and `<path>.1` (missing folders made): a
+        save cut short leaves the previous one, and a save that returned is on disk (fsync)."""
+        files, storage = self._storage(path, create=True)
         save = getattr(self.lib, f"ub_{self.package.model_name}_save")
         save.restype = ctypes.c_int32
         self._check(save(ctypes.byref(self.ctx), ctypes.byref(storage)),
@@ -187,3 +191,30 @@ class HostTrainer(TrainerBase):
 
     def _set(self, i, arr: np.ndarray) -> int:
         return self._set_fn(ctypes.byref(self.ctx), i, _ptr(arr), ctypes.c_size_t(arr.nbytes))
+
+
+def make_folders(folder: bytes) -> None:
+    """`folder` and its missing parents, each new entry synced to disk (a checkpoint whose
+    folder vanished in a power loss would be lost though its save returned)."""
+    missing = []
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for new in reversed(missing):
+        try:
+            os.mkdir(new)
+        except FileExistsError:
+            if not os.path.isdir(new):
+                raise InputError(f"cannot make the checkpoint folder {os.fsdecode(new)!r}: a "
+                                 "file of that name is in the way") from None
+        except OSError as err:
+            raise InputError(f"cannot make the checkpoint folder {os.fsdecode(new)!r}: "
+                             f"{err.strerror}") from None
+        parent = os.open(os.path.dirname(os.path.abspath(new)), os.O_RDONLY)
+        try:
+            os.fsync(parent)
+        finally:
+            os.close(parent)
