@@ -3,6 +3,7 @@ nothing lost: recompiling, inputs, parameters, checkpoints, ONNX files, the CLI,
 
 import copy
 import os
+import re
 
 import numpy as np
 import pytest
@@ -184,6 +185,39 @@ def test_onnx_node_reading_an_undefined_tensor(tmp_path):
 
     with pytest.raises(ub.CompileError, match="reads 'nothere', which no graph input"):
         _compile_onnx(_onnx([helper.make_node("Relu", ["nothere"], ["y"])]), tmp_path)
+
+
+@pytest.mark.parametrize("options,sign", [
+    ({}, r"Conv node .* reads 'onnx::Conv_\d+', a constant the exporter folded"),
+    ({"do_constant_folding": False}, r"BatchNormalization node .* has training_mode=0"),
+    ({"training": "TRAINING", "do_constant_folding": False}, None),
+])
+def test_an_onnx_model_exported_for_inference_is_named_with_the_export_to_use(options, sign,
+                                                                             tmp_path):
+    """Before: an eval-mode export (BatchNorm folded into the conv, or frozen) compiled
+    silently and trained unlike the module."""
+    import warnings
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.Dropout(0.2), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    x, y = torch.randn(2, 1, 6, 6), torch.tensor([0, 2])
+    if "training" in options:
+        options = dict(options, training=torch.onnx.TrainingMode.TRAINING)
+    path = tmp_path / "m.onnx"
+    torch.onnx.export(model, (x,), str(path), dynamo=False, **options)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ub.compile(str(path), (x,), y, out_dir=tmp_path / "out")
+    ours = [str(w.message) for w in seen if issubclass(w.category, ub.UbitrainWarning)]
+    if sign is None:
+        assert ours == []
+        return
+    assert len(ours) == 1, ours
+    assert re.search(r"^the ONNX model was exported for inference: " + sign, ours[0]), ours[0]
+    assert ours[0].endswith("export for training: torch.onnx.export(model, args, path, "
+                            "dynamo=False, training=torch.onnx.TrainingMode.TRAINING, "
+                            "do_constant_folding=False)")
 
 
 def test_an_onnx_model_in_float64_is_refused_by_name(tmp_path):

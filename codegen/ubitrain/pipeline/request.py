@@ -12,6 +12,7 @@ import torch
 
 from ..errors import CompileError, warn
 from ..frontend.dtypes import float32_model
+from ..frontend.onnx_export_mode import warn_if_exported_for_inference
 from ..frontend.onnx_import import is_onnx_model, load_onnx
 from ..project.c_names import clash
 from ..targets import get_target
@@ -29,6 +30,7 @@ def checked_request(pipeline, model, example_inputs, labels, loss, optimizer, tr
     optimizer = pipeline.checked_optimizer(optimizer)
     if is_onnx_model(model):
         model = load_onnx(model)
+        warn_if_exported_for_inference(model)
     elif not isinstance(model, torch.nn.Module):
         raise CompileError(f"model must be a torch.nn.Module, an .onnx path or an "
                            f"onnx.ModelProto, got {type(model).__name__}")
