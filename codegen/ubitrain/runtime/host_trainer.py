@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
+from .checkpoint_files import slot_prefix
 from .trainer_base import DTYPES, STATUS_TEXT, TrainerBase  # noqa: F401 (re-exported)
 
 
@@ -138,20 +138,7 @@ class HostTrainer(TrainerBase):
     def _storage(self, path, create: bool = False) -> tuple[_FileStorage, _Storage]:
         """The C file storage over `<path>.0` and `<path>.1`; `create`: its folder made
         first if it is missing."""
-        try:
-            prefix = os.fsencode(os.fspath(path))
-        except TypeError:
-            raise InputError(f"a checkpoint path must be a str, bytes or os.PathLike, not "
-                             f"{type(path).__name__}") from None
-        if len(prefix) + 12 > PREFIX_BYTES:  # ".<block>" and the terminating zero
-            raise InputError(f"the checkpoint path is {len(prefix)} bytes long; the file "
-                             f"storage takes at most {PREFIX_BYTES - 12}: use a shorter path")
-        folder = os.path.dirname(prefix) or b"."
-        if create:
-            make_folders(folder)
-        elif not os.path.isdir(folder):
-            raise InputError(f"no checkpoint at {os.fsdecode(prefix)!r}: the folder "
-                             f"{os.fsdecode(os.path.abspath(folder))!r} does not exist")
+        prefix = slot_prefix(path, create, PREFIX_BYTES - 12)  # ".<block>" and a zero
         files, storage = _FileStorage(), _Storage()
         open_storage = self.lib.ub_file_storage_open
         open_storage.restype = ctypes.c_int32
@@ -192,29 +179,3 @@ class HostTrainer(TrainerBase):
     def _set(self, i, arr: np.ndarray) -> int:
         return self._set_fn(ctypes.byref(self.ctx), i, _ptr(arr), ctypes.c_size_t(arr.nbytes))
 
-
-def make_folders(folder: bytes) -> None:
-    """`folder` and its missing parents, each new entry synced to disk (a checkpoint whose
-    folder vanished in a power loss would be lost though its save returned)."""
-    missing = []
-    while folder and not os.path.isdir(folder):
-        missing.append(folder)
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            break
-        folder = parent
-    for new in reversed(missing):
-        try:
-            os.mkdir(new)
-        except FileExistsError:
-            if not os.path.isdir(new):
-                raise InputError(f"cannot make the checkpoint folder {os.fsdecode(new)!r}: a "
-                                 "file of that name is in the way") from None
-        except OSError as err:
-            raise InputError(f"cannot make the checkpoint folder {os.fsdecode(new)!r}: "
-                             f"{err.strerror}") from None
-        parent = os.open(os.path.dirname(os.path.abspath(new)), os.O_RDONLY)
-        try:
-            os.fsync(parent)
-        finally:
-            os.close(parent)
