@@ -641,3 +641,21 @@ def test_the_cli_starts_without_torch_or_tvm():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
+
+
+def test_building_a_project_for_another_target_than_it_was_compiled_for(tmp_path):
+    """`ubitrain build --target hexagon-v66` of a host project: one line naming both targets
+    and the two ways out (before: the toolchain file it lacked, or a host build of a
+    cross project)."""
+    (tmp_path / "m.py").write_text("from torch import nn\n"
+                                   "def f():\n    return nn.Sequential(nn.Flatten(), "
+                                   "nn.Linear(12, 3))\n")
+    out = tmp_path / "net"
+    assert _cli("compile", "m.py:f", "--input-shape", "3,2,2", "--batch", "2", "--no-progress",
+                "--out-dir", str(out), cwd=tmp_path).returncode == 0
+    run = _cli("build", str(out), "--target", "hexagon-v66", "--no-progress", cwd=tmp_path)
+    assert run.returncode == 2
+    assert run.stderr.strip() == (f"error: {out} was compiled for host, not hexagon-v66 (its "
+                                  "kernels and memory plan are host's): build it with --target "
+                                  "host, or compile the model again with --target hexagon-v66")
+    assert not (out / "build-hexagon-v66").exists()
