@@ -41,6 +41,12 @@ def run(args) -> int:
     if not (project / "CMakeLists.txt").is_file():
         raise BuildError(f"{project} holds no generated project (no CMakeLists.txt); write one "
                          "with ubitrain compile --out-dir first")
+    compiled_for = _compiled_target(project)
+    if compiled_for not in (None, target.name):
+        raise BuildError(f"{project} was compiled for {compiled_for}, not {target.name} (its "
+                         f"kernels and memory plan are {compiled_for}'s): build it with "
+                         f"--target {compiled_for}, or compile the model again with --target "
+                         f"{target.name}")
     build_dir = Path(args.build_dir or project / f"build-{target.name}")
     if target.runs_on_host:
         cmake_build(project, build_dir, progress=progress(args))
@@ -54,3 +60,13 @@ def run(args) -> int:
     for artifact in sorted(build_dir.glob("libub_*")) + sorted(build_dir.glob("ub_*_driver")):
         print(f"  {artifact}")
     return 0
+
+
+def _compiled_target(project: Path) -> str | None:
+    """The target the project was compiled for (package.json), if it says."""
+    import json
+
+    try:
+        return json.loads((project / "package.json").read_text()).get("target")
+    except (OSError, ValueError, AttributeError):
+        return None

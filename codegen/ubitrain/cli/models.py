@@ -75,8 +75,10 @@ def model_from_factory(factory, label: str, batch: int | None, input_shape: str 
         if loss == "mse":
             was_training = module.training
             module.eval()
+            dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()),
+                         torch.float32)  # a float64 model (compiled as float32) runs here
             with torch.no_grad():
-                labels = torch.zeros_like(module(*inputs))
+                labels = torch.zeros_like(module(*(x.to(dtype) for x in inputs))).float()
             module.train(was_training)
         else:
             labels = torch.zeros(n, dtype=torch.long)

@@ -39,6 +39,7 @@ from .aten import (
     shape_of,
 )
 from .aten.registry import dtype_of
+from .dtypes import check_onnx_dtypes
 from .forward import StateTensor, TensorSpec, c_ident, c_name, emit_forward
 
 ONNX_CONVERTERS: dict = {}
@@ -473,6 +474,7 @@ def import_onnx(model, example_inputs: tuple, training: bool, extend=None) -> tu
     if not graph.node:
         raise CompileError("the ONNX model has no nodes (an empty or truncated file?)")
     check_supported_onnx(graph, check_opsets(model))
+    check_onnx_dtypes(graph, onnx)
     initializers = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
     buffers = {n.input[i] for n in graph.node for i in BUFFER_INPUTS.get(n.op_type, ())
                if i < len(n.input)}

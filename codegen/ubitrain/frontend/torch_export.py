@@ -35,6 +35,7 @@ from tvm import relax
 from ..errors import CompileError, UnsupportedOpError
 from .aten import ATEN_CONVERTERS, ConvertContext, supported_op_names
 from .constants import fold_constants
+from .dtypes import check_traced_dtypes
 from .forward import StateTensor, TensorSpec, c_name, emit_forward
 from .module_calls import checked_calls
 from .recurrent import RECURRENT_DECOMPOSITIONS, ignore_recurrent_noise
@@ -156,6 +157,8 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
     """
     exported = export_module(model, example_inputs, training)
     folded = fold_constants(exported)
+    check_traced_dtypes([n for n in exported.graph.nodes if n not in folded],
+                        lambda n: f"{_module_path(n)}: {_op_label(n.target)}")
     check_supported(exported, folded)
     signature = exported.graph_signature
     state_dict, canonical = _state_names(model)

@@ -10,8 +10,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import CompileError
+from ..errors import CompileError, warn
+from ..frontend.dtypes import float32_model
+from ..frontend.onnx_export_mode import warn_if_exported_for_inference
 from ..frontend.onnx_import import is_onnx_model, load_onnx
+from ..project.c_names import clash
 from ..targets import get_target
 from ..training.batch_coupling import check_micro_batches
 from ..training.losses import LOSSES
@@ -27,10 +30,13 @@ def checked_request(pipeline, model, example_inputs, labels, loss, optimizer, tr
     optimizer = pipeline.checked_optimizer(optimizer)
     if is_onnx_model(model):
         model = load_onnx(model)
+        warn_if_exported_for_inference(model)
     elif not isinstance(model, torch.nn.Module):
         raise CompileError(f"model must be a torch.nn.Module, an .onnx path or an "
                            f"onnx.ModelProto, got {type(model).__name__}")
     example_inputs, labels, out_dir = checked_io(example_inputs, labels, out_dir)
+    if isinstance(model, torch.nn.Module):  # float64/float16/bfloat16: a float32 copy
+        model, example_inputs, labels = float32_model(model, example_inputs, labels)
     if micro_batches is not None:
         micro_batches = check_micro_batches(micro_batches, example_inputs, labels)
     return Request(model, example_inputs, labels, loss, optimizer, trainable, tgt,
@@ -77,7 +83,20 @@ def _check_out_dir(out_dir: Path):
 
 def model_name(model, out_dir: Path, name: str | None = None) -> str:
     """The C prefix of the project (`ub_<name>_step`): `name`, else the out_dir's name, as a
-    C identifier."""
+    C identifier that declares none of ubitrain's own C names again (project/c_names.py)."""
     base = name or out_dir.name or type(model).__name__
     base = re.sub(r"[^0-9a-zA-Z]+", "_", base).strip("_").lower() or "model"
-    return base if not base[0].isdigit() else "m_" + base
+    base = base if not base[0].isdigit() else "m_" + base
+    taken = clash(base)
+    if taken and name:
+        raise CompileError(f"name={name!r} gives the C prefix ub_{base}_, which would declare "
+                           f"{taken} of ubitrain's own C again; choose another name")
+    if taken:
+        chosen = base + "_model"
+        while clash(chosen):
+            chosen += "_model"
+        warn(f"out_dir {out_dir.name!r} would give the C prefix ub_{base}_, which would "
+             f"declare {taken} of ubitrain's own C again; the prefix is ub_{chosen}_ (name= "
+             "chooses another)")
+        base = chosen
+    return base

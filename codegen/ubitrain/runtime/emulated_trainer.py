@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import RuntimeStatusError
+from .checkpoint_files import SlotFiles, slot_prefix
 from .trainer_base import DTYPES, TrainerBase
 
 MAGIC = 0x75627472
@@ -111,6 +112,44 @@ class EmulatedTrainer(TrainerBase):
         data = arr.tobytes()
         self._send(b"S", struct.pack("<II", i, len(data)), data)
         return self._status()
+
+    # ---- checkpoints: the driver's storage requests answered from the host's files --------
+    def save(self, path) -> None:
+        """A crash-safe checkpoint in `<path>.0` and `<path>.1` on the host (missing folders
+        made), written by the device's own checkpoint code, as HostTrainer.save."""
+        self._checkpoint(b"W", slot_prefix(path, create=True), "save")
+
+    def restore(self, path) -> None:
+        """Restore the last complete checkpoint saved at `path` (by any trainer of this
+        model and layout: the slot files are the same on every target)."""
+        self._checkpoint(b"R", slot_prefix(path, create=False), "restore")
+
+    def _checkpoint(self, command: bytes, prefix: bytes, what: str) -> None:
+        files = SlotFiles(prefix)
+        self._send(command)
+        while True:
+            kind, = struct.unpack("<I", self._recv(4))
+            if kind == ord("e"):
+                status = self._status()
+                break
+            block, offset, n = struct.unpack("<3I", self._recv(12))
+            if kind == ord("w"):
+                self._reply(struct.pack("<i", files.write(block, offset, self._recv(n))))
+            elif kind == ord("r"):
+                got, data = files.read(block, offset, n)
+                self._reply(struct.pack("<i", got) + data)
+            else:
+                self.close(kill=True)
+                raise RuntimeStatusError(f"the driver under {self.command[0]} sent storage "
+                                         f"request {kind:#x} during {what}")
+        self._check(status, f"{what}({os.fsdecode(prefix)!r})")
+
+    def _reply(self, data: bytes):
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._died("reading a storage reply")
 
     @property
     def steps(self) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
+from .checkpoint_files import slot_prefix
 from .trainer_base import DTYPES, STATUS_TEXT, TrainerBase  # noqa: F401 (re-exported)
 
 
@@ -135,19 +135,10 @@ class HostTrainer(TrainerBase):
         out = np.zeros(self.package.output.shape, np.float32)
         return self._predict_fn(ctypes.byref(self.ctx), *[_ptr(x) for x in xs], _ptr(out)), out
 
-    def _storage(self, path) -> tuple[_FileStorage, _Storage]:
-        """The C file storage over `<path>.0` and `<path>.1`."""
-        try:
-            prefix = os.fsencode(os.fspath(path))
-        except TypeError:
-            raise InputError(f"a checkpoint path must be a str, bytes or os.PathLike, not "
-                             f"{type(path).__name__}") from None
-        if len(prefix) + 12 > PREFIX_BYTES:  # ".<block>" and the terminating zero
-            raise InputError(f"the checkpoint path is {len(prefix)} bytes long; the file "
-                             f"storage takes at most {PREFIX_BYTES - 12}: use a shorter path")
-        folder = os.path.dirname(prefix) or b"."
-        if not os.path.isdir(folder):
-            raise InputError(f"the checkpoint folder {os.fsdecode(folder)!r} does not exist")
+    def _storage(self, path, create: bool = False) -> tuple[_FileStorage, _Storage]:
+        """The C file storage over `<path>.0` and `<path>.1`; `create`: its folder made
+        first if it is missing."""
+        prefix = slot_prefix(path, create, PREFIX_BYTES - 12)  # ".<block>" and a zero
         files, storage = _FileStorage(), _Storage()
         open_storage = self.lib.ub_file_storage_open
         open_storage.restype = ctypes.c_int32
@@ -157,9 +148,9 @@ class HostTrainer(TrainerBase):
 
     def save(self, path) -> None:
         """A crash-safe checkpoint (parameters, buffers, optimizer state, step counter, the
-        Dropout generator) in the files `<path>.0` and `<path>.1`: a save cut short leaves
-        the previous one, and a save that returned is on disk (fsync)."""
-        files, storage = self._storage(path)
+        Dropout generator) in the files `<path>.0` and `<path>.1` (missing folders made): a
+        save cut short leaves the previous one, and a save that returned is on disk (fsync)."""
+        files, storage = self._storage(path, create=True)
         save = getattr(self.lib, f"ub_{self.package.model_name}_save")
         save.restype = ctypes.c_int32
         self._check(save(ctypes.byref(self.ctx), ctypes.byref(storage)),
@@ -187,3 +178,4 @@ class HostTrainer(TrainerBase):
 
     def _set(self, i, arr: np.ndarray) -> int:
         return self._set_fn(ctypes.byref(self.ctx), i, _ptr(arr), ctypes.c_size_t(arr.nbytes))
+

@@ -185,6 +185,20 @@ class TrainerBase:
             if t[1] == OPTIMIZER_STATE:
                 self._check(self._set(i, np.zeros(t[3], t[2])), f"set_tensor({t[0]})")
 
+    def _check_finite(self, i: int, arr: np.ndarray, what: str) -> None:
+        """Refuse a NaN or inf that the tensor does not already hold at that place: one
+        would make every later step's loss NaN. (An attention mask's -inf buffer, loaded back
+        from the trainer's own parameters(), is the value it has.)"""
+        if arr.dtype.kind != "f":
+            return
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            bad &= arr != self._read(i)
+        if bad.any():
+            first = tuple(int(j) for j in np.argwhere(bad)[0])
+            raise InputError(f"{what} holds {int(bad.sum())} value(s) that are not finite "
+                             f"({arr[first]} at {list(first)}); load finite values")
+
     def load_optimizer_state(self, values: dict) -> None:
         """Optimizer-state tensors by name, as optimizer_state() gives them: all checked
         first, then written."""
@@ -196,6 +210,8 @@ class TrainerBase:
                                                   self.tensors[by_name[k]][2],
                                                   f"optimizer state '{k}'"))
                    for k, v in values.items()]
+        for name, i, arr in checked:
+            self._check_finite(i, arr, f"optimizer state '{name}'")
         for name, i, arr in checked:
             self._check(self._set(i, arr), f"set_tensor({name})")
 
@@ -217,6 +233,7 @@ class TrainerBase:
             i = by_name[name]
             _, _, dtype, shape, _ = self.tensors[i]
             arr = self._as_array(value, shape, dtype, f"parameter '{key}'")
+            self._check_finite(i, arr, f"parameter '{key}'")
             if name in checked and not np.array_equal(arr, checked[name][2]):
                 raise InputError(f"parameters '{checked[name][0]}' and '{key}' are one tensor "
                                  "tied in the model, and the values given differ; give one of "
