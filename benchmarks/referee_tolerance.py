@@ -28,24 +28,10 @@ import torch
 from _results import write_json
 
 import ubitrain as ub
+from tools.mutants import decide
 from tools.real_models import REAL_MODELS, batches, real_model
-from ubitrain.fidelity.referee import referee
 from ubitrain.fidelity.reference import Reference
-from ubitrain.fidelity.sides import ForwardCapture
 from ubitrain.pipeline import CallTrace
-
-
-def decide(pkg, reference, data, pin: bool):
-    """`judge`'s two looks, on fresh builds of one traced package."""
-    verdict = referee(pkg.build(seed=0, arena_fill=0xFF), reference, data, 0, pin=pin)
-    if verdict.status != "near kink":
-        return verdict
-    trainer = pkg.build(seed=0, arena_fill=0xFF)
-    capture = ForwardCapture(trainer, pkg)
-    try:
-        return referee(trainer, reference, data, 0, capture, pin=pin)
-    finally:
-        capture.close()
 
 
 def ratios(verdict) -> dict:
