@@ -7,7 +7,8 @@ by the referee as `judge` does.
     python benchmarks/mutants.py [--models lenet5 mobilenet_v2 ...] [--mutants bn_eps ...]
         [--batch 4] [--steps 2] [--out results/mutants.json]
 
-Per model, each mutant's outcome: caught ("mismatch", or "stops": the C returned an error
+Per model, first the C as generated ("baseline": it must match, or the kills say nothing),
+then each mutant's outcome: caught ("mismatch", or "stops": the C returned an error
 status), missed ("match", "near kink"), or "-" (the model has nothing the defect applies
 to: not exercised). Then the kill rate per mutant and per model, over the runs that
 exercised it. SGD with momentum 0.9 and weight decay 1e-4 (so that the weight-decay defect
@@ -23,7 +24,7 @@ import torch
 from _results import write_json
 
 import ubitrain as ub
-from tools.mutants import MUTANTS, judge_mutants, mutant
+from tools.mutants import BASELINE, MUTANTS, judge_mutants, mutant
 from tools.real_models import REAL_MODELS, batches, real_model
 
 SHORT = {"mismatch": "caught", "stops": "stops", "match": "MISSED", "near kink": "kink?",
@@ -40,7 +41,7 @@ def main():
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
-    mutants = [mutant(n) for n in args.mutants]
+    mutants = [BASELINE] + [mutant(n) for n in args.mutants]
     optimizer = ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
     rows = []
     print(f"{'model':18} " + " ".join(f"{m.name[:13]:>13}" for m in mutants) + "      s")
@@ -60,10 +61,11 @@ def main():
         print(f"{name:18} " + " ".join(f"{SHORT.get(r.status, r.status):>13}" for r in results)
               + f" {seconds:>6}", flush=True)
         for r in results:
-            if r.exercised and not r.caught:
+            if r.exercised and not r.caught and (r.mutant != BASELINE.name
+                                                 or r.status != "match"):
                 print(f"    {r.mutant} ({r.where}): {r.summary.splitlines()[0][:160]}")
     print("\nkill rate per mutant (caught / exercised; models that do not exercise it)")
-    for m in mutants:
+    for m in mutants[1:]:
         mine = [r for r in rows if r["mutant"] == m.name]
         ran = [r for r in mine if r["exercised"]]
         idle = [r["model"] for r in mine if not r["exercised"]]
@@ -72,7 +74,8 @@ def main():
               + ("   EXERCISED BY NO MODEL" if not ran else ""))
     print("kill rate per model")
     for name in args.models:
-        ran = [r for r in rows if r["model"] == name and r["exercised"]]
+        ran = [r for r in rows if r["model"] == name and r["exercised"]
+               and r["mutant"] != BASELINE.name]
         print(f"  {name:20} {sum(r['caught'] for r in ran)}/{len(ran)}")
     write_json(args.out, rows)
 

@@ -12,8 +12,8 @@ counted as caught.
     tests/test_mutants.py               # a few mutants on a small model
 """
 
-from .defects import MUTANTS, Mutant, mutant
+from .defects import BASELINE, MUTANTS, Mutant, mutant
 from .run import MutantResult, decide, judge_mutant, judge_mutants, mutated
 
-__all__ = ["MUTANTS", "Mutant", "MutantResult", "decide", "judge_mutant", "judge_mutants", "mutant",
-           "mutated"]
+__all__ = ["BASELINE", "MUTANTS", "Mutant", "MutantResult", "decide", "judge_mutant",
+           "judge_mutants", "mutant", "mutated"]

@@ -211,8 +211,12 @@ MUTANTS = [
 ]
 
 
+# no defect: the C as generated, judged the same way (it must match, or the kills say nothing)
+BASELINE = Mutant("baseline", "no defect", rewrite=lambda text: (text, "no change"))
+
+
 def mutant(name: str) -> Mutant:
-    for m in MUTANTS:
+    for m in [BASELINE, *MUTANTS]:
         if m.name == name:
             return m
     raise KeyError(f"no mutant {name!r}; known: {', '.join(m.name for m in MUTANTS)}")
