@@ -63,7 +63,7 @@ def main():
         for r in results:
             if r.exercised and not r.caught and (r.mutant != BASELINE.name
                                                  or r.status != "match"):
-                print(f"    {r.mutant} ({r.where}): {r.summary.splitlines()[0][:160]}")
+                print(f"    {r.mutant} ({r.where}): {(r.summary or '-').splitlines()[0][:160]}")
     print("\nkill rate per mutant (caught / exercised; models that do not exercise it)")
     for m in mutants[1:]:
         mine = [r for r in rows if r["mutant"] == m.name]

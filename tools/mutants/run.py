@@ -142,8 +142,9 @@ def judge_mutants(mutants, model, batches, optimizer, out_dir, **options) -> lis
             status, summary = "stops", str(err)[:400]
         except Exception as err:  # noqa: BLE001 - said in the result
             summary = "".join(traceback.format_exception_only(type(err), err)).strip()[:400]
-        if where is None and status == "error" and not summary:
-            status, where = "not exercised", "nothing to change"
-        results.append(MutantResult(mutant.name, where is not None, where or "", status,
-                                    summary))
+        exercised = where is not None
+        if not exercised and status == "error" and not summary:
+            status = "not exercised"
+        results.append(MutantResult(mutant.name, exercised, where or "nothing to change",
+                                    status, summary))
     return results
