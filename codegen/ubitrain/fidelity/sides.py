@@ -13,6 +13,12 @@ in float32 alike. What still differs is the C's own error.
 Elements that are not near a kink are never forced: a C that takes the other side there is
 wrong and is judged so. A near-kink op this cannot replay (another kind, or no C tensor holds
 its values) leaves its step undecided.
+
+The same forcing pins the referee's float32 runs to the float64 run's branches
+(`SideReplay(pin=exact.decisions)`): wherever a float32 run's rounding put an element on the
+other side of a kink, its backward takes float64's side, so the spread of those runs, which
+sets every tolerance, is rounding alone. A run whose branch differs at an op that cannot be
+forced (`unpinned`) does not measure rounding alone and is left out of the spread.
 """
 
 from __future__ import annotations
