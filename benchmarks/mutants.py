@@ -58,7 +58,9 @@ def main():
             rows.append(dict(model=name, batch=args.batch, steps=args.steps, mutant=r.mutant,
                              exercised=r.exercised, where=r.where, status=r.status,
                              caught=r.caught, summary=r.summary))
-        print(f"{name:18} " + " ".join(f"{SHORT.get(r.status, r.status):>13}" for r in results)
+        cells = [r.status if r.mutant == BASELINE.name else SHORT.get(r.status, r.status)
+                 for r in results]
+        print(f"{name:18} " + " ".join(f"{c:>13}" for c in cells)
               + f" {seconds:>6}", flush=True)
         for r in results:
             if r.exercised and not r.caught and (r.mutant != BASELINE.name
