@@ -98,3 +98,72 @@ def test_a_near_kink_op_without_a_c_tensor_stays_undecided():
     x = torch.tensor([[W]])
     _, _, replay = _steps(ReluNearZero, x, [np.array([5.0, -5.0])])  # matches nothing
     assert replay.replayed == 0 and replay.unreplayed
+
+
+# ---- the float32 runs behind a tolerance take float64's branches (issue #39) ---------------
+def test_a_float32_run_pinned_to_float64_takes_its_side_of_a_kink():
+    """float32 rounds fc's first output onto ReLU's kink and stops its gradient; pinned to
+    the float64 run's decisions, it passes it as float64 does."""
+    torch.manual_seed(0)
+    model = ReluNearZero()
+    ref = Reference(model, ub.SGD(lr=1.0), "cross_entropy", [n for n, _ in
+                                                             model.named_parameters()])
+    state, batch = ref.initial_state(), (torch.tensor([[W]]), torch.tensor([1]))
+    exact = ref.step(state, {}, 1, batch, 0, torch.float64, record=True)
+    own = ref.step(state, {}, 1, batch, 0, torch.float32, record=True)
+    pinned_run = SideReplay(pin=exact.decisions)
+    pinned = ref.step(state, {}, 1, batch, 0, torch.float32, recorder=pinned_run)
+    change = {name: {k: r.state[k] - state[k] for k in state}
+              for name, r in (("exact", exact), ("own", own), ("pinned", pinned))}
+    assert change["own"]["fc.weight"][0, 0] == 0  # float32's own side: no gradient
+    assert pinned_run.pinned == 1 and not pinned_run.unpinned
+    np.testing.assert_allclose(change["pinned"]["fc.weight"], change["exact"]["fc.weight"],
+                               rtol=1e-6)
+
+
+class _Float64Trainer:
+    """A stand-in for a C trainer: float64 PyTorch's steps, in float32, with the change of
+    `wrong` off by `error` (relative)."""
+
+    def __init__(self, ref, wrong=None, error=0.0):
+        self.ref, self.wrong, self.error = ref, wrong, error
+        self.state, self.opt = ref.initial_state(), {}
+
+    def step(self, *batch):
+        r = self.ref.step(self.state, self.opt, 1, batch, 0, torch.float64)
+        new = {k: v.astype(np.float32) for k, v in r.state.items()}
+        if self.wrong:
+            new[self.wrong] = (self.state[self.wrong] + (1 + self.error) * (
+                r.state[self.wrong] - self.state[self.wrong])).astype(np.float32)
+        self.state, self.opt = new, {k: v.astype(np.float32) for k, v in r.opt_state.items()}
+        return np.float32(r.loss)
+
+    def parameters(self):
+        return dict(self.state)
+
+    def optimizer_state(self):
+        return dict(self.opt)
+
+    def predict(self, *xs):
+        return self.ref.evaluate(self.state, xs).output.astype(np.float32)
+
+
+def test_a_tolerance_never_comes_from_a_run_on_the_other_side_of_a_kink():
+    """Unpinned, the float32 runs' own side of the ReLU gives fc.weight a tolerance of 8x
+    the whole gradient, and a C 3% off passes; pinned, the tolerance is float32 rounding
+    and the same C fails (its step stays "near kink": no C tensors to replay here)."""
+    from ubitrain.fidelity.referee import referee
+
+    torch.manual_seed(0)
+    model = ReluNearZero()
+    ref = Reference(model, ub.SGD(lr=1.0), "cross_entropy", [n for n, _ in
+                                                             model.named_parameters()])
+    data = [(torch.tensor([[W]]), torch.tensor([1]))]
+    tolerance = {}
+    for pin in (False, True):
+        right = referee(_Float64Trainer(ref), ref, data, pin=pin)
+        assert right.status == "match", right.summary()
+        tolerance[pin] = next(c.tolerance for c in right.checks if c.name == "fc.weight")
+        wrong = referee(_Float64Trainer(ref, "fc.weight", 0.03), ref, data, pin=pin)
+        assert (wrong.status == "match") == (not pin), wrong.summary()
+    assert tolerance[False] > 1 and tolerance[True] < 1e-4, tolerance

@@ -12,11 +12,16 @@ than `MARGIN` times that (per op call) is "near a kink": a difference there is n
 Exact ties (distance 0 in float64 and float32 alike, such as ReLU's zeros meeting in a
 max-pool window) are resolved the same way by every implementation (the first element in
 scan order wins) and are not near a kink.
+
+The recorder also keeps the branch each element took (`Decisions.taken`: the piece of the
+op's derivative it sits on, or the window element a max picked), so that two runs can be
+told apart where they decided differently: the referee pins its float32 runs to float64's
+branches (sides.py), and a tolerance then measures rounding, never a kink.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -136,36 +141,115 @@ IN_PLACE = {getattr(aten, f"{op}_").default: DISTANCES[getattr(aten, op).default
                        "hardswish", "hardsigmoid", "leaky_relu", "elu", "selu", "abs")}
 
 
+def _piece(x, *cuts):
+    """Which piece of a piecewise derivative each element of `x` sits on: the number of
+    `cuts` (bound, closed) it is past, a bound counting when x > bound, or x >= bound where
+    closed (None: no such bound), as the op's backward decides."""
+    side = torch.zeros(x.shape, dtype=torch.int8)
+    for bound, closed in cuts:
+        if bound is not None:
+            side += (x >= bound if closed else x > bound).to(torch.int8)
+    return side
+
+
+def _sign(d):
+    return (torch.sign(d) + 1).to(torch.int8)
+
+
+def _maxima(x, out, dims, keepdim):
+    """Which elements of `x` are the maximum `out` of their slice (amax, max): the
+    gradient goes to them."""
+    dims = [d % x.dim() for d in ([dims] if isinstance(dims, int) else dims)] or \
+        list(range(x.dim()))
+    if not keepdim:
+        for d in sorted(dims):
+            out = out.unsqueeze(d)
+    return (x == out).to(torch.int8)
+
+
+# aten op -> the branch of its derivative each element takes, from the arguments before the
+# op ran (the in-place forms overwrite them). Cuts as the backward kernels draw them:
+# threshold_backward passes x > 0, hardtanh_backward lo < x < hi, clamp's lo <= x <= hi,
+# hardswish_backward's middle piece is -3 <= x <= 3, hardsigmoid_backward's -3 < x < 3.
+BRANCH_BEFORE = {
+    "relu": lambda a: _piece(a[0], (0.0, False)),
+    "threshold": lambda a: _piece(a[0], (float(a[1]), False)),
+    "hardtanh": lambda a: _piece(a[0], (float(a[1]) if len(a) > 1 else -1.0, False),
+                                 (float(a[2]) if len(a) > 2 else 1.0, True)),
+    "clamp": lambda a: _piece(a[0], (_scalar(a[1]) if len(a) > 1 else None, True),
+                              (_scalar(a[2]) if len(a) > 2 else None, False)),
+    "clamp_min": lambda a: _sign(a[0] - a[1]),
+    "clamp_max": lambda a: _sign(a[0] - a[1]),
+    "hardswish": lambda a: _piece(a[0], (-3.0, True), (3.0, False)),
+    "hardsigmoid": lambda a: _piece(a[0], (-3.0, False), (3.0, True)),
+    "leaky_relu": lambda a: _piece(a[0], (0.0, False)),
+    "elu": lambda a: _piece(a[0], (0.0, False)),
+    "selu": lambda a: _piece(a[0], (0.0, False)),
+    "abs": lambda a: _sign(a[0]),
+}
+BRANCH_BEFORE = {getattr(aten, name + suffix).default: rule
+                 for name, rule in BRANCH_BEFORE.items() for suffix in ("", "_")}
+for _op in (aten.maximum.default, aten.minimum.default):
+    BRANCH_BEFORE[_op] = lambda a: _sign(a[0] - a[1])
+for _cmp in ("gt", "lt", "ge", "le"):
+    for _overload in ("Tensor", "Scalar"):
+        BRANCH_BEFORE[getattr(getattr(aten, _cmp), _overload)] = lambda a: _sign(a[0] - a[1])
+# ... and from the output: the window or slice element each max picked
+BRANCH_AFTER = {
+    aten.max_pool2d_with_indices.default: lambda a, out: out[1],
+    aten.adaptive_max_pool2d.default: lambda a, out: out[1],
+    aten.max.dim: lambda a, out: out[1],
+    aten.amax.default: lambda a, out: _maxima(a[0], out, a[1] if len(a) > 1 else [],
+                                              len(a) > 2 and a[2]),
+    aten.max.default: lambda a, out: _maxima(a[0], out, [], False),
+}
+
+
 @dataclass
 class Decisions:
-    """The kink distances of one run, one array per op call in execution order."""
+    """The kink distances of one run, one array per op call in execution order, and the
+    branch each element took (`taken`, one tensor per call; None for an op without a rule)."""
 
     ops: list[str]
     distances: list[np.ndarray]
+    taken: list = field(default_factory=list)
 
 
 class DecisionRecorder(TorchDispatchMode):
-    """Inside `with DecisionRecorder() as rec:`, every op of DISTANCES records its distances."""
+    """Inside `with DecisionRecorder() as rec:`, every op of DISTANCES records its distances
+    and its branches."""
 
     def __init__(self):
         super().__init__()
         self.decisions = Decisions([], [])
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        before = self._branch(BRANCH_BEFORE.get(func), args)
         if func in IN_PLACE:
-            self._record(func, IN_PLACE[func], args, None)
+            self._record(func, IN_PLACE[func], args, None, before)
         out = func(*args, **(kwargs or {}))
         if func in DISTANCES:
-            self._record(func, DISTANCES[func], args, out)
+            if func in BRANCH_AFTER:
+                before = self._branch(lambda a: BRANCH_AFTER[func](a, out), args)
+            self._record(func, DISTANCES[func], args, out, before)
         return out
 
-    def _record(self, func, rule, args, out):
+    @staticmethod
+    def _branch(rule, args):
+        if rule is None or not (isinstance(args[0], torch.Tensor)
+                                and args[0].dtype.is_floating_point):
+            return None
+        with torch.no_grad():
+            return rule(args).detach().clone()
+
+    def _record(self, func, rule, args, out, taken):
         if isinstance(args[0], torch.Tensor) and args[0].dtype.is_floating_point:
             with torch.no_grad():
                 d = rule(args, out)
             d = d if isinstance(d, torch.Tensor) else torch.as_tensor(d)
             self.decisions.ops.append(str(func))
             self.decisions.distances.append(d.detach().double().numpy().copy())
+            self.decisions.taken.append(taken)
 
 
 def near_kinks(exact: Decisions, rounded: Decisions) -> list[str]:

@@ -23,10 +23,19 @@ a magnitude of g: every check is then linear in the rounding. Compared as it is,
 that is pure rounding noise (one BatchNorm cancels exactly: its true value is 0) would have
 its float32 spread squared, and a factor 3 of rounding noise on g would fail as a factor 9.
 
-A failed check at a step where an element sat near a kink (kinks.py) is undecided: both
-sides of a kink are valid float32 results. `judge` then decides it (sides.py): it builds the
-model again with a trace hook, replays the C's side of every near-kink element in PyTorch's
-runs, and judges again; only a step whose near-kink ops it cannot replay stays "near kink".
+The float32 runs that set a tolerance take float64's branch at every kink (ReLU, ReLU6, the
+max of a pooling window): `SideReplay(pin=...)` (sides.py) forces float64's side in their
+backward wherever their own rounding put an element on the other one, so the spread they
+measure is rounding alone; a run that took a branch it cannot be forced to is left out of
+the spread (`Verdict.unpinned`). Unpinned, one element of a float32 run across a ReLU6 kink
+could spread over a BatchNorm channel and widen a tolerance a hundredfold (issue #39).
+
+A failed check at a step where an element sat near a kink (kinks.py), or where a float32
+run had to be pinned, is undecided: both sides of a kink are valid float32 results. `judge`
+then decides it (sides.py): it builds the model again with a trace hook, replays the C's side
+of every near-kink element in PyTorch's runs (the float32 ones pinned to that replayed float64
+run), and judges again; only a step whose near-kink ops it cannot replay, or whose float32
+runs it cannot pin, stays "near kink".
 The fuzzer draws new data for such a model.
 """
 
@@ -74,6 +83,9 @@ class Verdict:
     near_kinks: dict[int, list[str]] = field(default_factory=dict)  # step -> ops
     replayed: dict[int, int] = field(default_factory=dict)  # step -> elements on the C's side
     unreplayed: dict[int, list[str]] = field(default_factory=dict)  # step -> ops (sides.py)
+    # step -> ops where a float32 run took another branch than float64 and could not be
+    # pinned to it (sides.py): that run was left out of the spread
+    unpinned: dict[int, list[str]] = field(default_factory=dict)
     # what the C computed: per step (loss, state, optimizer state); predict's output after
     # the last step (None when PyTorch's own prediction is not finite: not asked of the C)
     trajectory: list = field(default_factory=list, repr=False)
@@ -95,6 +107,9 @@ class Verdict:
             lines.append(f"  near a kink at step {step}: {'; '.join(ops)}")
         for step, ops in self.unreplayed.items():
             lines.append(f"  not replayed at step {step}: {'; '.join(ops)}")
+        for step, ops in self.unpinned.items():
+            lines.append(f"  float32 runs not pinned to float64's branches at step {step}: "
+                         f"{'; '.join(ops)}")
         return "\n".join(lines)
 
     def _replayed(self) -> str:
@@ -156,49 +171,105 @@ def _step_checks(k, loss, new_state, new_opt, exact, rounded, state, opt_state) 
     return checks
 
 
+def _pinned_runs(reference, state, opt_state, k, batch, rng, exact, variants, pin=True,
+                 replay=None):
+    """The float32 `variants` of step `k`, every kink decision pinned to `exact`'s (the
+    float64 run, with the C's side replayed where it was): their spread is rounding alone.
+    Returns every run and its recorder (`Decisions` too: pinning changes no forward value).
+    Unpinned (`pin=False`, the referee before issue #39), each run takes its own branches
+    but for the C's side at the near-kink elements of `replay` (c_tensors, near)."""
+    recorders = [SideReplay(pin=exact.decisions) if pin else SideReplay(*(replay or ()))
+                 for _ in variants]
+    runs = [reference.step(state, opt_state, k, batch, rng, torch.float32, v, recorder=r)
+            for v, r in zip(variants, recorders)]
+    return runs, recorders
+
+
+def _measured(runs, recorders) -> list:
+    """The runs that took float64's branch throughout: the only ones a tolerance may come
+    from."""
+    return [run for run, r in zip(runs, recorders) if not r.unpinned]
+
+
+def _branch_differences(recorders) -> list[np.ndarray | None]:
+    """Per kink-op call, the elements where some float32 run took another branch than
+    float64's: within rounding of their kink, whatever the margin says."""
+    masks: list = []
+    for r in recorders:
+        for i, d in enumerate(r.differs):
+            if i >= len(masks):
+                masks.append(None)
+            if d is not None:
+                masks[i] = d if masks[i] is None else (masks[i] | d)
+    return masks
+
+
+def _union(near: list, differs: list) -> list:
+    out = list(near)
+    for i, d in enumerate(differs):
+        if d is None or i >= len(out):
+            continue
+        if out[i] is None:
+            out[i] = d
+        elif out[i].size == d.size:
+            out[i] = out[i] | d.reshape(out[i].shape)
+    return out
+
+
 def referee(trainer, reference: Reference, batches, seed: int = 0,
-            capture: ForwardCapture | None = None) -> Verdict:
+            capture: ForwardCapture | None = None, pin: bool = True) -> Verdict:
     """Train `trainer` (the generated C, built with `seed`) on `batches` = [(x..., y)] and
-    judge every step against `reference`; the trainer's state moves on as it goes. With
+    judge every step against `reference`; the trainer's state moves on as it goes. The
+    float32 runs that set each tolerance take float64's branch at every kink (sides.py). With
     `capture` (the trainer's forward tensors, sides.py), PyTorch takes the C's side of each
-    near-kink element."""
+    near-kink element, in float64 and in the float32 runs alike. `pin=False` leaves the
+    float32 runs their own branches, as the referee did before (for comparison:
+    benchmarks/referee_tolerance.py)."""
     state = reference.initial_state()
     opt_state: dict[str, np.ndarray] = {}
     rng = seed
-    checks, kinks, trajectory, replayed, unreplayed = [], {}, [], {}, {}
+    checks, kinks, trajectory, replayed, unreplayed, unpinned = [], {}, [], {}, {}, {}
     for k, batch in enumerate(batches, 1):
         exact = reference.step(state, opt_state, k, batch, rng, torch.float64, record=True)
         if not np.isfinite(exact.loss):  # PyTorch itself diverges: nothing to compare with
             return Verdict("diverges", checks, kinks, trajectory=trajectory)
-        rounded = [reference.step(state, opt_state, k, batch, rng, torch.float32, v,
-                                  record=(i == 0)) for i, v in enumerate(FLOAT32_VARIANTS)]
-        if _overflows(rounded[0], exact):  # so does any float32 program: nothing to compare
+        runs, recorders = _pinned_runs(reference, state, opt_state, k, batch, rng, exact,
+                                       FLOAT32_VARIANTS, pin)
+        if _overflows(runs[0], exact):  # so does any float32 program: nothing to compare
             return Verdict("diverges", checks, kinks, trajectory=trajectory)
-        found = near_kinks(exact.decisions, rounded[0].decisions)
+        rounded = _measured(runs, recorders)
+        plain = recorders[0].decisions  # PyTorch's own float32 forward, unchanged by the pins
+        near = _union(near_masks(exact.decisions, plain), _branch_differences(recorders))
+        found = near_kinks(exact.decisions, plain)
+        if not found and any(m is not None for m in near):
+            found = ["float32 runs took other branches than float64"]
         if found:
             kinks[k] = found
         loss = trainer.step(*batch)
+        sides = None
         if found and capture is not None:  # again, on the C's side of every near kink
-            near = near_masks(exact.decisions, rounded[0].decisions)
-            replays = [SideReplay(capture.steps[-1], near) for _ in range(1 + len(rounded))]
+            replay = SideReplay(capture.steps[-1], near)
             exact = reference.step(state, opt_state, k, batch, rng, torch.float64,
-                                   recorder=replays[0])
-            rounded = [reference.step(state, opt_state, k, batch, rng, torch.float32, v,
-                                      recorder=r)
-                       for v, r in zip(FLOAT32_VARIANTS, replays[1:])]
-            replayed[k] = replays[0].replayed
-            if replays[0].unreplayed:
-                unreplayed[k] = replays[0].unreplayed
+                                   recorder=replay)
+            sides = (capture.steps[-1], near)
+            runs, recorders = _pinned_runs(reference, state, opt_state, k, batch, rng,
+                                           exact, FLOAT32_VARIANTS, pin, sides)
+            rounded = _measured(runs, recorders)
+            replayed[k] = replay.replayed
+            if replay.unreplayed:
+                unreplayed[k] = replay.unreplayed
         new_state, new_opt = trainer.parameters(), trainer.optimizer_state()
         trajectory.append((loss, new_state, new_opt))
         judged = _step_checks(k, loss, new_state, new_opt, exact, rounded, state, opt_state)
         if not all(c.ok for c in judged):  # measure PyTorch's spread again, on more runs
-            more = [reference.step(state, opt_state, k, batch, rng, torch.float32, v,
-                                   recorder=SideReplay(capture.steps[-1], near)
-                                   if found and capture is not None else None)
-                    for v in MORE_FLOAT32_VARIANTS]
+            more, more_recorders = _pinned_runs(reference, state, opt_state, k, batch, rng,
+                                                exact, MORE_FLOAT32_VARIANTS, pin, sides)
+            recorders += more_recorders
+            more = _measured(more, more_recorders)
             judged = _step_checks(k, loss, new_state, new_opt, exact, rounded + more, state,
                                   opt_state)
+        if lost := sorted({u for r in recorders for u in r.unpinned}):
+            unpinned[k] = lost
         checks += judged
         state, opt_state = new_state, new_opt  # teacher forcing: go on from the C's state
         rng = getattr(trainer, "rng_state", exact.rng_state)
@@ -219,7 +290,10 @@ def referee(trainer, reference: Reference, batches, seed: int = 0,
         check = compare("predict", 0, output, exact.output, [r.output for r in rounded])
     checks.append(check)
     failed_steps = {c.step for c in checks if not c.ok}
-    undecided = {k for k in kinks if capture is None or k == 0 or k in unreplayed}
+    # a step whose near-kink elements the C's side was not replayed at, or whose float32
+    # runs took branches that could not be pinned (their spread is not rounding alone)
+    undecided = {k for k in kinks if capture is None or k == 0 or k in unreplayed} | \
+        set(unpinned)
     if not failed_steps:
         status = "match"
     elif failed_steps <= undecided:
@@ -227,7 +301,7 @@ def referee(trainer, reference: Reference, batches, seed: int = 0,
     else:
         status = "mismatch"
     return Verdict(status, checks, kinks, trajectory=trajectory, prediction=output,
-                   replayed=replayed, unreplayed=unreplayed)
+                   replayed=replayed, unreplayed=unreplayed, unpinned=unpinned)
 
 
 def kinks_along(reference: Reference, batches, seed: int = 0) -> dict[int, list[str]]:

@@ -13,6 +13,12 @@ in float32 alike. What still differs is the C's own error.
 Elements that are not near a kink are never forced: a C that takes the other side there is
 wrong and is judged so. A near-kink op this cannot replay (another kind, or no C tensor holds
 its values) leaves its step undecided.
+
+The same forcing pins the referee's float32 runs to the float64 run's branches
+(`SideReplay(pin=exact.decisions)`): wherever a float32 run's rounding put an element on the
+other side of a kink, its backward takes float64's side, so the spread of those runs, which
+sets every tolerance, is rounding alone. A run whose branch differs at an op that cannot be
+forced (`unpinned`) does not measure rounding alone and is left out of the spread.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import ctypes
 import numpy as np
 import torch
 
-from .kinks import DecisionRecorder
+from .kinks import DecisionRecorder, Decisions
 from .trace import _value
 
 aten = torch.ops.aten
@@ -78,15 +84,24 @@ def _key(t: torch.Tensor):
 
 
 class SideReplay(DecisionRecorder):
-    """A DecisionRecorder that also forces, in the backward ops, the C's side of the
-    near-kink elements (`near`: kinks.near_masks of this step) where this run's differs."""
+    """A DecisionRecorder that forces branches in the backward ops: at the near-kink elements
+    (`near`: kinks.near_masks of this step), the C's side (from `c_tensors`, its forward) where
+    this run's differs; at every element, `pin`'s branch (another run's Decisions, float64
+    PyTorch's) where this run took another. `decisions.taken` holds the branches the run's
+    backward took after forcing: what a run pinned to this one must take."""
 
-    def __init__(self, c_tensors: list[np.ndarray], near: list[np.ndarray | None]):
+    def __init__(self, c_tensors: list[np.ndarray] | None = None,
+                 near: list[np.ndarray | None] | None = None, pin: Decisions | None = None):
         super().__init__()
-        self.c_tensors, self.near = c_tensors, near
+        self.c_tensors, self.near, self.pin = c_tensors, near or [], pin
         self.forced: dict = {}  # key of the tensor a backward op reads -> its replacement
         self.replayed = 0  # elements forced to the C's side
+        self.pinned = 0  # elements forced to the pinned run's branch
         self.unreplayed: list[str] = []  # near-kink op calls this could not replay
+        # op calls where this run took another branch than `pin` and could not be forced:
+        # the run does not measure rounding alone
+        self.unpinned: list[str] = []
+        self.differs: list[np.ndarray | None] = []  # per call: where it differed from `pin`
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -97,66 +112,104 @@ class SideReplay(DecisionRecorder):
                 args = (*args[:position], replacement, *args[position + 1:])
         call = len(self.decisions.ops)
         out = super().__torch_dispatch__(func, types, args, kwargs)
-        if len(self.decisions.ops) > call and call < len(self.near) and \
-                self.near[call] is not None:
+        if len(self.decisions.ops) > call:
             with torch.no_grad():
-                self._plan(func, call, args, out)
+                self._settle(func, call, args, out)
         return out
 
-    def _plan(self, func, call, args, out):
-        near = torch.from_numpy(self.near[call])
-        rule = _SIDES.get(func)
-        forced = None if rule is None else rule(self.c_tensors, near, args, out)
-        if forced is None:
-            self.unreplayed.append(f"{func}: {int(near.sum())} near-kink elements")
+    def _settle(self, func, call, args, out):
+        """The branches call `call` must take (the pin's, the C's at near-kink elements),
+        forced where this run took others."""
+        own = self.decisions.taken[call]
+        self.differs.append(None)
+        if own is None:
+            if call < len(self.near) and self.near[call] is not None:
+                self.unreplayed.append(f"{func}: {int(self.near[call].sum())} near-kink elements")
             return
-        key_tensor, replacement, flipped = forced
-        if flipped:
-            self.forced[_key(key_tensor)] = replacement
-            self.replayed += flipped
+        want, pinned = own, 0
+        pin = self.pin
+        if pin is not None and call < len(pin.ops) and pin.ops[call] == str(func) and \
+                pin.taken[call] is not None and tuple(pin.taken[call].shape) == tuple(own.shape):
+            want = pin.taken[call].to(own.dtype)
+            differs = want != own
+            pinned = int(differs.sum())
+            if pinned:
+                self.differs[call] = differs.numpy()
+        rule = _SIDES.get(func)
+        replayed = 0
+        if self.c_tensors is not None and call < len(self.near) and self.near[call] is not None:
+            c = None if rule is None else rule.c_side(self.c_tensors, args, out)
+            if c is None:
+                self.unreplayed.append(f"{func}: {int(self.near[call].sum())} near-kink elements")
+            else:
+                near = torch.from_numpy(self.near[call]).reshape(own.shape)
+                flip = near & (c.to(own.dtype) != want)
+                replayed = int((near & (c.to(own.dtype) != own)).sum())
+                want = torch.where(flip, c.to(own.dtype), want)
+        flipped = want != own
+        if not bool(flipped.any()):
+            self.decisions.taken[call] = own
+            return
+        if rule is None:
+            self.unpinned.append(f"{func}: {int(flipped.sum())} elements")
+            return
+        read, replacement = rule.force(args, out, want, flipped)
+        self.forced[_key(read)] = replacement
+        self.decisions.taken[call] = want
+        self.replayed += replayed
+        self.pinned += pinned
 
 
-def _activation(low, high, saves_input):
+class _Activation:
     """ReLU-like ops: the C's side of each element from its copy of the op's output (at or
     below `low`, between, at or above `high`); the backward op reads the input
-    (`saves_input`) or the output, replaced by a value on the C's side where they differ."""
-    def rule(c_tensors, near, args, out):
-        lo, hi = low(args), high(args)
+    (`saves_input`) or the output, replaced by a value on the wanted side where they differ."""
+
+    def __init__(self, low, high, saves_input):
+        self.low, self.high, self.saves_input = low, high, saves_input
+
+    def _side(self, t, args):
+        lo, hi = self.low(args), self.high(args)
+        return (t > lo).to(torch.int8) + (0 if hi is None else (t >= hi).to(torch.int8))
+
+    def c_side(self, c_tensors, args, out):
         c = _find(c_tensors, out)
-        if c is None:
-            return None
+        return None if c is None else self._side(c, args)
+
+    def force(self, args, out, want, flipped):
+        lo, hi = self.low(args), self.high(args)
         on_side = torch.tensor([lo, lo + 1.0] if hi is None else [lo, (lo + hi) / 2, hi],
                                dtype=out.dtype)  # a value on side 0, 1 (and 2)
-
-        def side(t):
-            return (t > lo).long() + (0 if hi is None else (t >= hi).long())
-
-        flip = near & (side(c) != side(out))
-        read = args[0] if saves_input else out
-        return read, torch.where(flip, on_side[side(c)], read), int(flip.sum())
-    return rule
+        read = args[0] if self.saves_input else out
+        return read, torch.where(flipped, on_side[want.long()], read)
 
 
-def _max_pool(c_tensors, near, args, out):
+class _MaxPool:
     """The C's window maxima from its copy of the pool's input (first maximum in scan order,
-    as both take it), replacing PyTorch's indices where a near tie went the other way."""
-    c = _find(c_tensors, args[0])
-    if c is None:
-        return None
-    c_indices = aten.max_pool2d_with_indices.default(c, *args[1:])[1]
-    flip = near.reshape(c_indices.shape) & (c_indices != out[1])
-    return out[1], torch.where(flip, c_indices, out[1]), int(flip.sum())
+    as both take it); the backward reads the indices, replaced where the wanted ones differ."""
+
+    @staticmethod
+    def c_side(c_tensors, args, out):
+        c = _find(c_tensors, args[0])
+        if c is None:
+            return None
+        return aten.max_pool2d_with_indices.default(c, *args[1:])[1]
+
+    @staticmethod
+    def force(args, out, want, flipped):
+        return out[1], torch.where(flipped, want, out[1])
 
 
 _RELU = dict(low=lambda a: 0.0, high=lambda a: None)
 _HARDTANH = dict(low=lambda a: float(a[1]) if len(a) > 1 else -1.0,
                  high=lambda a: float(a[2]) if len(a) > 2 else 1.0)
+# the ops whose branch can be forced, in the backward op that reads it
 _SIDES = {
-    aten.relu.default: _activation(**_RELU, saves_input=False),
-    aten.relu_.default: _activation(**_RELU, saves_input=False),
-    aten.hardtanh.default: _activation(**_HARDTANH, saves_input=True),
-    aten.hardtanh_.default: _activation(**_HARDTANH, saves_input=False),
-    aten.max_pool2d_with_indices.default: _max_pool,
+    aten.relu.default: _Activation(**_RELU, saves_input=False),
+    aten.relu_.default: _Activation(**_RELU, saves_input=False),
+    aten.hardtanh.default: _Activation(**_HARDTANH, saves_input=True),
+    aten.hardtanh_.default: _Activation(**_HARDTANH, saves_input=False),
+    aten.max_pool2d_with_indices.default: _MaxPool(),
 }
 # backward op -> the position of the argument that carries the forward's decision
 _BACKWARD = {aten.threshold_backward.default: 1, aten.hardtanh_backward.default: 1,

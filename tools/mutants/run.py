@@ -1,0 +1,150 @@
+"""Judging a mutant: the model compiled and built with the defect, then `judge`d."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import shutil
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import ubitrain.api as ub_api
+from ubitrain.errors import RuntimeStatusError
+from ubitrain.fidelity.referee import judge, referee
+from ubitrain.fidelity.reference import Reference
+from ubitrain.fidelity.sides import ForwardCapture
+from ubitrain.package import Package
+from ubitrain.pipeline import CallTrace
+
+from .defects import Mutant
+
+MARK = "/* mutant: {} */\n"
+
+
+@dataclass
+class MutantResult:
+    mutant: str
+    exercised: bool  # the defect found something to change in this model
+    where: str  # what it changed
+    # the verdict ("match", "mismatch", "near kink"), "stops" (the C returned an error
+    # status: a non-finite loss), "not exercised", or "error" (anything else went wrong)
+    status: str
+    summary: str = ""
+
+    @property
+    def caught(self) -> bool:
+        """`judge` told the mutant from a correct C: a mismatch, or a C that stops."""
+        return self.exercised and self.status in ("mismatch", "stops")
+
+
+@contextlib.contextmanager
+def mutated(mutant: Mutant):
+    """Inside the block, every package built has the mutant's defect (its model.c rewritten
+    before the build; the compile instrumented); yields a list that gets, per build, what
+    was changed (None: nothing to change)."""
+    changes: list = []
+    build, compile_ = Package.build, ub_api.compile
+
+    def build_mutated(self, *args, **kwargs):
+        if mutant.rewrite is not None:
+            model_c = Path(self.out_dir) / "model.c"
+            text = model_c.read_text()
+            mark = MARK.format(mutant.name)
+            if not text.startswith(mark):
+                done = mutant.rewrite(text)
+                changes.append(None if done is None else done[1])
+                if done is not None:
+                    model_c.write_text(mark + done[0])
+        return build(self, *args, **kwargs)
+
+    def compile_mutated(model, *args, instruments=(), **kwargs):
+        if mutant.instrument is None:
+            return compile_(model, *args, instruments=instruments, **kwargs)
+        hook = mutant.instrument()
+        pkg = compile_(model, *args, instruments=[*instruments, hook], **kwargs)
+        changes.append(hook.where)
+        return pkg
+
+    Package.build, ub_api.compile = build_mutated, compile_mutated
+    try:
+        yield changes
+    finally:
+        Package.build, ub_api.compile = build, compile_
+
+
+def judge_mutant(mutant: Mutant, model, batches, optimizer, out_dir, **options) -> MutantResult:
+    """`judge` on `model` built with `mutant`."""
+    with mutated(mutant) as changes:
+        try:
+            verdict = judge(copy.deepcopy(model), batches, optimizer, out_dir, **options)
+            status, summary = verdict.status, verdict.summary()
+        except RuntimeStatusError as err:  # a C that stops is a C told apart
+            status, summary = "stops", str(err)[:400]
+        except Exception as err:  # noqa: BLE001 - said in the result
+            status = "error"
+            summary = "".join(traceback.format_exception_only(type(err), err)).strip()[:400]
+    exercised = bool(changes) and all(c is not None for c in changes)
+    where = "; ".join(dict.fromkeys(c for c in changes if c)) or "nothing to change"
+    if not exercised:
+        status = "not exercised"
+    return MutantResult(mutant.name, exercised, where, status, summary)
+
+
+def decide(pkg, reference, batches, seed: int = 0, pin: bool = True):
+    """`judge`'s two looks on fresh builds of one package compiled with CallTrace: the
+    referee; where it says "near kink", again with the C's sides replayed. (judge builds
+    the first look without the trace; the trace hook unset, the step is the same.)"""
+    verdict = referee(pkg.build(seed=seed, arena_fill=0xFF), reference, batches, seed, pin=pin)
+    if verdict.status != "near kink":
+        return verdict
+    trainer = pkg.build(seed=seed, arena_fill=0xFF)
+    capture = ForwardCapture(trainer, pkg)
+    try:
+        return referee(trainer, reference, batches, seed, capture, pin=pin)
+    finally:
+        capture.close()
+
+
+def judge_mutants(mutants, model, batches, optimizer, out_dir, **options) -> list[MutantResult]:
+    """Every mutant of `mutants` on `model`, `judge`d as `judge_mutant` does, faster: the
+    model is compiled once and each C mutant is a copy of that project, rewritten and built
+    (a compile mutant compiles again)."""
+    out_dir = Path(out_dir)
+    *xs, y = batches[0]
+    pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y, optimizer=optimizer,
+                         out_dir=out_dir / "base", instruments=[CallTrace()], **options)
+    reference = Reference(copy.deepcopy(model), optimizer, "cross_entropy", pkg.trainable)
+    results = []
+    for mutant in mutants:
+        where, status, summary = None, "error", ""
+        try:
+            if mutant.rewrite is not None:
+                project = out_dir / mutant.name
+                shutil.rmtree(project, ignore_errors=True)
+                shutil.copytree(pkg.out_dir, project, ignore=shutil.ignore_patterns("build"))
+                done = mutant.rewrite((project / "model.c").read_text())
+                if done is not None:
+                    (project / "model.c").write_text(MARK.format(mutant.name) + done[0])
+                    where = done[1]
+                    mutant_pkg = dataclasses.replace(pkg, out_dir=project)
+            else:
+                hook = mutant.instrument()
+                mutant_pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y,
+                                            optimizer=optimizer, out_dir=out_dir / mutant.name,
+                                            instruments=[CallTrace(), hook], **options)
+                where = hook.where
+            if where is not None:
+                verdict = decide(mutant_pkg, reference, batches)
+                status, summary = verdict.status, verdict.summary()
+        except RuntimeStatusError as err:  # a C that stops is a C told apart
+            status, summary = "stops", str(err)[:400]
+        except Exception as err:  # noqa: BLE001 - said in the result
+            summary = "".join(traceback.format_exception_only(type(err), err)).strip()[:400]
+        exercised = where is not None
+        if not exercised and status == "error" and not summary:
+            status = "not exercised"
+        results.append(MutantResult(mutant.name, exercised, where or "nothing to change",
+                                    status, summary))
+    return results
