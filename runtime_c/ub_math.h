@@ -24,6 +24,20 @@ static inline float ub_pick_f32(int c, float a, float b) {
     return r;
 }
 
+/* A float's bits and back (TIR's reinterpret): NITI's quantize reads exponent and mantissa
+ * from them and builds the exact power of two 2^e. memcpy is the defined way in C; compilers
+ * turn it into a register move. */
+static inline uint32_t ub_bits_of_f32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+static inline float ub_f32_of_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
 /* max(x, k) and min(x, k) against a bound k that is no NaN (ReLU, clip), PyTorch's way: a NaN
  * x fails the one compare and is passed on; where x equals k, x is kept (relu(-0.0f) is -0.0f,
  * which compares equal to PyTorch's +0.0f). With float SIMD, x is chosen on bits: the macro

@@ -281,6 +281,12 @@ class _Printer:
             f32_name, f64_name = FLOAT_INTRINSICS[op]
             fn = f64_name if dtype_of(args[0]) == "float64" else f32_name
             return f"{fn}({', '.join(self.expr(a) for a in args)})"
+        if op == "reinterpret":  # runtime_c/ub_math.h: a float32's bits and back
+            pair = (dtype_of(args[0]), dtype_of(e))
+            spelling = {("float32", "uint32"): "ub_bits_of_f32",
+                        ("uint32", "float32"): "ub_f32_of_bits"}.get(pair)
+            if spelling:
+                return f"{spelling}({self.expr(args[0])})"
         if op == "bitwise_not":
             return f"(~{self.expr(args[0])})"
         if op == "shift_right":

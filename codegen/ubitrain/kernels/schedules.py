@@ -17,6 +17,11 @@ from .elementwise_schedule import fuse_elementwise
 from .float_barrier import wrap_stored_value
 from .reduction_schedule import tile_reductions
 
+# A TE stage made with attrs={KEEP_STAGE: 1} stays a buffer of its own: its value is read
+# many times by an expression (NITI's rounding rules read a value in each branch), where
+# inlining it nests the expressions until TVM's simplifier runs for minutes.
+KEEP_STAGE = "ub_keep_stage"
+
 INLINE_PREFIXES = ("pad", "T_pad", "data_dilate", "T_reshape", "T_broadcast", "T_full",
                    "T_expand_dims", "T_transpose", "T_strided_slice")
 
@@ -60,7 +65,7 @@ def _elementwise_intermediate(sch, block) -> bool:
     mask's output). Inlining it removes an intermediate buffer without computing any element
     more than once per consumer (a consumer that broadcasts it, or a reduction that reads
     each element many times, would recompute it)."""
-    if _is_reduction(sch, block):
+    if _is_reduction(sch, block) or KEEP_STAGE in sch.get(block).annotations:
         return False
     consumers = sch.get_consumers(block)
     size = _written_elements(sch, block)

@@ -1,0 +1,70 @@
+"""The integer ops of NITI training (precision="int8"), as fused ops of the step graph.
+
+int8/graph.py rewrites the float training graph into these and into Relax's own integer ops
+(conv2d, matmul and their gradients with int32 accumulators, relu, max pooling on int8).
+Every int8 tensor travels with its exponent, an int32 tensor of shape (1,): value = q 2^e.
+A rescale site, int32[6] (shift, interval, countdown, reductions, skips, exponent: the
+fields of int8/rescale.py), is state that each narrowing op reads and returns updated.
+lowering/niti_kernels.py gives each op its TE kernel.
+"""
+
+from __future__ import annotations
+
+from tvm import relax
+
+from .fused_ops import fused_call
+
+SITE = 6  # int32 fields of a rescale site (int8/rescale.py)
+EXPONENT_TYPE = relax.TensorType((1,), "int32")
+SITE_TYPE = relax.TensorType((SITE,), "int32")
+
+
+def _int8_like(x) -> relax.TensorType:
+    return relax.TensorType(tuple(int(d) for d in x.ty.shape), "int8")
+
+
+def quantize(x):
+    """A float tensor as (int8, exponent): int8/quantize.py's rule."""
+    return fused_call("niti_quantize", [x], [_int8_like(x), EXPONENT_TYPE])
+
+
+def dequantize(q, e):
+    """q 2^e as float32."""
+    return fused_call("niti_dequantize", [q, e],
+                      relax.TensorType(tuple(int(d) for d in q.ty.shape), "float32"))
+
+
+def rescale(total, exponents, site, mode: int, max_interval: int):
+    """An int32 accumulator whose exponent is the sum of `exponents` (tensors of shape (1,))
+    narrowed to int8 at `site` with RoundShift: (int8, exponent, the site updated)."""
+    return fused_call("niti_rescale", [total, *exponents, site],
+                      [_int8_like(total), EXPONENT_TYPE, SITE_TYPE], mode=mode,
+                      max_interval=max_interval)
+
+
+def rescale_exact(total, exponents):
+    """The same with the exact shift and no site (predict)."""
+    return fused_call("niti_rescale_exact", [total, *exponents],
+                      [_int8_like(total), EXPONENT_TYPE])
+
+
+def align_add(a, ea, b, eb):
+    """a 2^ea + b 2^eb (int8 each) as an int32 accumulator and its exponent: the operand of
+    the larger exponent shifted left by their difference (at most ALIGN_BITS; beyond that the
+    smaller one is RoundShift'ed down to the remainder)."""
+    shape = tuple(int(d) for d in a.ty.shape)
+    return fused_call("niti_align_add", [a, ea, b, eb],
+                      [relax.TensorType(shape, "int32"), EXPONENT_TYPE])
+
+
+def align_bias(total, exponents, bias, bias_exponent):
+    """An int32 accumulator (its exponent the sum of `exponents`) plus an int32 bias with its
+    own exponent, broadcast over dimension 1, aligned to the accumulator's exponent."""
+    return fused_call("niti_align_bias", [total, *exponents, bias, bias_exponent], total.ty)
+
+
+def softmax_xent_grad(logits, e, labels):
+    """NITI's integer softmax cross-entropy gradient (int8/loss.py): (int8 error with
+    exponent 0, the float loss of the dequantized logits)."""
+    return fused_call("niti_softmax_xent", [logits, e, labels],
+                      [_int8_like(logits), relax.TensorType((), "float32")])

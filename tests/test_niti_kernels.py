@@ -1,0 +1,183 @@
+"""NITI's integer kernels (lowering/niti_kernels.py) as the generated C computes them, against
+the numpy rules of int8/ (rounding, quantize, rescale sites, the integer softmax gradient), on
+random inputs over wide ranges of magnitudes and exponents.
+
+Each kernel goes through the same path as a model's: KernelLibrary lowers and prints it, gcc
+builds it, ctypes calls it."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from tvm import te
+
+from ubitrain.int8 import loss, quantize, rounding
+from ubitrain.int8.rescale import ADAPTIVE, EXACT_COUNTED, EXPONENT, site_shift
+from ubitrain.kernels.library import KernelLibrary
+from ubitrain.lowering import niti_kernels
+from ubitrain.project.emit import RUNTIME_C
+
+N = 37  # elements of the elementwise cases
+BATCH, CLASSES = 4, 10
+TRIALS = 200
+
+def _placeholders(spec):
+    return [te.placeholder(shape, dtype, f"in{i}") for i, (shape, dtype) in enumerate(spec)]
+
+
+CASES = {  # name -> (kernel, input (shape, dtype)s, attributes)
+    "rescale_counted": (niti_kernels.niti_rescale,
+                        [((N,), "int32"), ((1,), "int32"), ((1,), "int32"), ((6,), "int32")],
+                        {"mode": EXACT_COUNTED, "max_interval": 8}),
+    "rescale_adaptive": (niti_kernels.niti_rescale,
+                         [((N,), "int32"), ((1,), "int32"), ((1,), "int32"), ((6,), "int32")],
+                         {"mode": ADAPTIVE, "max_interval": 8}),
+    "quantize": (niti_kernels.niti_quantize, [((N,), "float32")], {}),
+    "dequantize": (niti_kernels.niti_dequantize, [((N,), "int8"), ((1,), "int32")], {}),
+    "align_add": (niti_kernels.niti_align_add,
+                  [((N,), "int8"), ((1,), "int32"), ((N,), "int8"), ((1,), "int32")], {}),
+    "align_bias": (niti_kernels.niti_align_bias,
+                   [((3, 5, 2), "int32"), ((1,), "int32"), ((1,), "int32"), ((5,), "int32"),
+                    ((1,), "int32")], {}),
+    "softmax_xent": (niti_kernels.niti_softmax_xent,
+                     [((BATCH, CLASSES), "int8"), ((1,), "int32"), ((BATCH,), "int32")], {}),
+}
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    """name -> a function of numpy inputs that runs the printed C and returns its outputs."""
+    cc = shutil.which("gcc") or pytest.skip("no gcc")
+    library = KernelLibrary("scalar", reuse_outputs=False)
+    signatures = {}
+    for name, (kernel, spec, attrs) in CASES.items():
+        inputs = _placeholders(spec)
+        outs = kernel(*inputs, **attrs, acc="float64")
+        outs = outs if isinstance(outs, list) else [outs]
+        c = library.add(te.create_prim_func(inputs + outs), f"niti_{name}")
+        signatures[name] = (c, [(tuple(int(d) for d in o.shape), str(o.dtype)) for o in outs])
+    work = tmp_path_factory.mktemp("niti")
+    source = ['#include "ub_runtime.h"', '#include "ub_math.h"']
+    source += [k.source.replace("UB_KERNEL ", "") for k in library.kernels.values()]
+    (work / "k.c").write_text("\n".join(source))
+    subprocess.run([cc, "-O2", "-std=c99", "-shared", "-fPIC", f"-I{RUNTIME_C}",
+                    str(work / "k.c"), "-o", str(work / "k.so"), "-lm"], check=True)
+    lib = ctypes.CDLL(str(work / "k.so"))
+
+    def runner(c, outputs):
+        scratch = np.zeros(max(c.scratch_bytes, 16), np.uint8)
+
+        def run(*inputs):
+            outs = [np.zeros(shape, dtype) for shape, dtype in outputs]
+            args = [np.ascontiguousarray(a) for a in inputs] + outs
+            fn = getattr(lib, c.name)
+            fn.argtypes, fn.restype = [ctypes.c_void_p] * (1 + len(args)), ctypes.c_int32
+            status = fn(scratch.ctypes.data, *(a.ctypes.data for a in args))
+            assert status == 0
+            return outs
+        return run
+
+    return {name: runner(c, outs) for name, (c, outs) in signatures.items()}
+
+
+def _int32s(rng, shape):
+    """int32 values whose magnitudes span 2^0 .. 2^30, some tensors all zero."""
+    if rng.random() < 0.05:
+        return np.zeros(shape, np.int32)
+    scale = 2.0 ** rng.integers(0, 31)
+    return np.clip(rng.standard_normal(shape) * scale, -2**31 + 1, 2**31 - 1).astype(np.int32)
+
+
+def _exponent(rng, low=-40, high=10):
+    return np.array([rng.integers(low, high)], np.int32)
+
+
+@pytest.mark.parametrize("mode", ["counted", "adaptive"])
+def test_rescale_narrows_and_updates_the_site_as_numpy(kernels, mode):
+    rng = np.random.default_rng(1)
+    run = kernels[f"rescale_{mode}"]
+    for _ in range(TRIALS):
+        acc, e1, e2 = _int32s(rng, (N,)), _exponent(rng), _exponent(rng)
+        site = np.array([rng.integers(0, 25), rng.integers(0, 5), rng.integers(0, 3),
+                         rng.integers(0, 9), rng.integers(0, 9), 0], np.int32)
+        q, e, new_site = run(acc, e1, e2, site)
+        want_site = site.astype(np.int64)
+        shift = site_shift(acc, want_site, 7, ADAPTIVE if mode == "adaptive" else EXACT_COUNTED,
+                           8)
+        want_site[EXPONENT] = e1[0] + e2[0] + shift
+        np.testing.assert_array_equal(q, rounding.clip8(rounding.round_shift(acc, shift)))
+        assert e[0] == e1[0] + e2[0] + shift
+        np.testing.assert_array_equal(new_site, want_site)
+
+
+def test_quantize_takes_the_bits_of_every_float_as_numpy(kernels):
+    rng = np.random.default_rng(2)
+    for trial in range(TRIALS):
+        x = (rng.standard_normal(N) * 2.0 ** rng.integers(-140, 120)).astype(np.float32)
+        if trial % 20 == 0:
+            x[:] = 0.0
+        elif trial % 20 == 1:
+            x[rng.random(N) < 0.5] = -0.0
+        q, e = kernels["quantize"](x)
+        want_q, want_e = quantize.quantize(x)
+        np.testing.assert_array_equal(q, want_q)
+        assert e[0] == want_e
+
+
+def test_dequantize_is_exact(kernels):
+    rng = np.random.default_rng(3)
+    for _ in range(TRIALS):
+        q = rng.integers(-127, 128, N).astype(np.int8)
+        e = _exponent(rng, -140, 120)
+        (got,) = kernels["dequantize"](q, e)
+        np.testing.assert_array_equal(got, quantize.dequantize(q, int(e[0])))
+
+
+def test_aligned_sum_is_exact_while_the_shift_fits(kernels):
+    """a 2^ea + b 2^eb: exact (no rounding) when the exponents differ by at most 22 bits; the
+    smaller term RoundShift'ed by the excess otherwise."""
+    rng = np.random.default_rng(4)
+    for _ in range(TRIALS):
+        a, b = (rng.integers(-127, 128, N).astype(np.int8) for _ in range(2))
+        ea, eb = _exponent(rng), _exponent(rng)
+        total, e = kernels["align_add"](a, ea, b, eb)
+        gap = abs(int(ea[0]) - int(eb[0]))
+        left = min(gap, niti_kernels.ALIGN_BITS)
+        big, small = (a, b) if ea[0] >= eb[0] else (b, a)
+        want = (big.astype(np.int64) << left) + rounding.round_shift(small, gap - left)
+        np.testing.assert_array_equal(total, want)
+        assert e[0] == max(ea[0], eb[0]) - left
+        if gap <= niti_kernels.ALIGN_BITS:  # the value itself, as integers times powers of 2
+            value = lambda q, k: [int(v) * 2.0 ** int(k) for v in q]  # noqa: E731
+            assert value(total, e[0]) == [x + y for x, y in zip(value(a, ea[0]),
+                                                                value(b, eb[0]))]
+
+
+def test_bias_is_aligned_to_the_accumulator(kernels):
+    rng = np.random.default_rng(5)
+    for _ in range(TRIALS):
+        acc = _int32s(rng, (3, 5, 2)) >> 2
+        bias = _int32s(rng, (5,)) >> 2
+        e1, e2, eb = _exponent(rng, -20, 0), _exponent(rng, -20, 0), _exponent(rng, -50, 0)
+        (got,) = kernels["align_bias"](acc, e1, e2, bias, eb)
+        gap = int(eb[0]) - int(e1[0] + e2[0])
+        aligned = (bias.astype(np.int64) << min(gap, niti_kernels.ALIGN_BITS) if gap >= 0
+                   else rounding.round_shift(bias, -gap))
+        want = acc.astype(np.int64) + aligned[None, :, None]
+        np.testing.assert_array_equal(got, want.astype(np.int32))
+
+
+def test_softmax_gradient_and_loss_as_numpy(kernels):
+    rng = np.random.default_rng(6)
+    for _ in range(TRIALS):
+        z = rng.integers(-127, 128, (BATCH, CLASSES)).astype(np.int8)
+        e = _exponent(rng, -12, 4)
+        labels = rng.integers(0, CLASSES, BATCH).astype(np.int32)
+        err, got_loss = kernels["softmax_xent"](z, e, labels)
+        np.testing.assert_array_equal(err, loss.softmax_xent_grad(z, int(e[0]), labels))
+        want = loss.cross_entropy(z, int(e[0]), labels)
+        assert abs(float(got_loss) - want) <= 1e-6 * max(1.0, abs(want))
