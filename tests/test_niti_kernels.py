@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from tvm import te
 
-from ubitrain.int8 import loss, quantize, rounding
-from ubitrain.int8.rescale import ADAPTIVE, EXACT_COUNTED, EXPONENT, site_shift
 from ubitrain.kernels.library import KernelLibrary
 from ubitrain.lowering import niti_kernels
+from ubitrain.niti import loss, quantize, rounding
+from ubitrain.niti.rescale import ADAPTIVE, EXACT_COUNTED, EXPONENT, site_shift
 from ubitrain.project.emit import RUNTIME_C
 
 N = 37  # elements of the elementwise cases

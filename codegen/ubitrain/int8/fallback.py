@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from .quantize import quantize
+from ..niti.quantize import quantize
 
 E_LO, E_HI = -16, 8
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -81,7 +81,7 @@ def tables(op: str, **kwargs) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
 
 def table_index(q: np.ndarray, e: int) -> tuple[np.ndarray, int]:
     """int8 inputs q (exponent e) as table columns and the table row (rounding.py rules)."""
-    from .rounding import clip8, round_shift
+    from ..niti.rounding import clip8, round_shift
     if e < E_LO:
         q, e = clip8(round_shift(q, E_LO - e)), E_LO
     elif e > E_HI:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .rescale import SITE_FIELDS
+from ..niti.rescale import SITE_FIELDS
 
 STEP_INDEX, INPUT_EXPONENT_INDEX, HEADER = 0, 1, 2
 

@@ -13,9 +13,9 @@ import torch
 
 from ..errors import CompileError, UnsupportedOpError
 from ..frontend.torch_export import _module_path, _op_label, export_module
+from ..niti.quantize import quantize_weight
 from . import fallback
 from .layers import Conv, Elementwise, Flatten, LayerProgram, MaxPool, ReLU
-from .quantize import quantize_weight
 
 INT32_SAFE = (2**31 - 1) // (127 * 127)  # products an int32 accumulator holds without overflow
 

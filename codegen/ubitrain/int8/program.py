@@ -17,10 +17,11 @@ import jinja2
 import numpy as np
 
 from ..frontend.forward import c_ident, c_name
+from ..niti import loss as loss_rules
+from ..niti.rescale import ADAPTIVE, EXACT, EXACT_COUNTED, EXPONENT
 from ..program.ir import Call, Program, Slot
 from ..project.emit import c_array
 from . import fallback
-from . import loss as loss_rules
 from .layers import (
     INPUT_EXPONENT_INDEX,
     Conv,
@@ -32,7 +33,6 @@ from .layers import (
     elements,
     site_offset,
 )
-from .rescale import ADAPTIVE, EXACT, EXACT_COUNTED, EXPONENT
 from .update import NITI
 
 TEMPLATES = Path(__file__).parent / "templates"

@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..niti.loss import cross_entropy, softmax_xent_grad
+from ..niti.quantize import dequantize, quantize
+from ..niti.rescale import ADAPTIVE, EXACT, EXACT_COUNTED, EXPONENT, SITE_FIELDS, site_shift
+from ..niti.rounding import as_i64, clip8, psto_shift, round_shift
 from .fallback import table_index
 from .int_conv import conv2d, conv2d_input_grad, conv2d_weight_grad
 from .layers import (
@@ -30,10 +34,6 @@ from .layers import (
     ReLU,
     site_offset,
 )
-from .loss import cross_entropy, softmax_xent_grad
-from .quantize import dequantize, quantize
-from .rescale import ADAPTIVE, EXACT, EXACT_COUNTED, EXPONENT, SITE_FIELDS, site_shift
-from .rounding import as_i64, clip8, psto_shift, round_shift
 from .update import NITI
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError
+from ..niti.rescale import REDUCTIONS, SITE_FIELDS, SKIPS
 from .layers import HEADER, STEP_INDEX
-from .rescale import REDUCTIONS, SITE_FIELDS, SKIPS
 
 STATE_NAME = "niti.state"
 EXPONENT = ".exponent"  # the suffix of a weight's exponent

@@ -13,14 +13,10 @@ schedule by name in `SCHEDULES`; "inline_only" is the unscheduled reference.
 
 from tvm import s_tir, tirx
 
+from ..lowering.tir_lower import KEEP_STAGE
 from .elementwise_schedule import fuse_elementwise
 from .float_barrier import wrap_stored_value
 from .reduction_schedule import tile_reductions
-
-# A TE stage made with attrs={KEEP_STAGE: 1} stays a buffer of its own: its value is read
-# many times by an expression (NITI's rounding rules read a value in each branch), where
-# inlining it nests the expressions until TVM's simplifier runs for minutes.
-KEEP_STAGE = "ub_keep_stage"
 
 INLINE_PREFIXES = ("pad", "T_pad", "data_dilate", "T_reshape", "T_broadcast", "T_full",
                    "T_expand_dims", "T_transpose", "T_strided_slice")

@@ -1,7 +1,7 @@
 """TE kernels of NITI's integer ops (ops/niti.py): the plain-C reference of every int8 step.
 
-They compute int8/rounding.py's rules (RoundShift, PstoShift, bit lengths), int8/rescale.py's
-shift of a site (exact, counted, adaptive) and int8/quantize.py's float-to-int8 rule on
+They compute niti/rounding.py's rules (RoundShift, PstoShift, bit lengths), niti/rescale.py's
+shift of a site (exact, counted, adaptive) and niti/quantize.py's float-to-int8 rule on
 integers only, in int64 where a shift could overflow int32; the numpy reference computes the
 same, so the generated C must equal it bit for bit.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
-from ..int8.loss import ERROR_SHIFT, GRAD_FRACTION_BITS, LOG2E_Q15, TOP_EXPONENT
-from ..int8.rescale import ADAPTIVE, COUNTDOWN, EXACT, EXPONENT, INTERVAL, REDUCTIONS, SHIFT, SKIPS
-from ..kernels.schedules import KEEP_STAGE
+from ..niti.loss import ERROR_SHIFT, GRAD_FRACTION_BITS, LOG2E_Q15, TOP_EXPONENT
+from ..niti.rescale import ADAPTIVE, COUNTDOWN, EXACT, EXPONENT, INTERVAL, REDUCTIONS, SHIFT, SKIPS
+from .tir_lower import KEEP_STAGE
 
 I32, I64 = "int32", "int64"
 INT8_MAX = 127
@@ -86,7 +86,7 @@ def exponent_sum(parts, name: str):
 
 
 class Shift:
-    """The shift of an int32 (or wider) tensor at a site, by int8/rescale.py's rule: stages
+    """The shift of an int32 (or wider) tensor at a site, by niti/rescale.py's rule: stages
     for the exact shift, whether a prediction holds, and the site's new fields. Without a
     site (predict) the shift is the exact one."""
 
@@ -197,7 +197,7 @@ def niti_align_bias(total, *rest, acc: str):
 
 
 def niti_quantize(x, acc: str):
-    """(int8, exponent) of a float32 tensor from the bits of its floats (int8/quantize.py):
+    """(int8, exponent) of a float32 tensor from the bits of its floats (niti/quantize.py):
     e = bitlen(M_max) + b_max - 7 for the largest magnitude M_max 2^b_max, each element
     RoundShift(M, e - b) clipped; an all-zero tensor gets exponent 0."""
     bits = te.compute(x.shape, lambda *i: tirx.reinterpret("uint32", x(*i)).astype(I64)
@@ -241,7 +241,7 @@ def niti_dequantize(q, e, acc: str):
 
 
 def niti_softmax_xent(logits, e, labels, acc: str):
-    """(int8 error, exponent 0; the mean cross-entropy of the dequantized logits): int8/loss.py."""
+    """(int8 error, exponent 0; the mean cross-entropy of the dequantized logits): niti/loss.py."""
     batch, classes = (int(d) for d in logits.shape)
     t = te.compute(logits.shape, lambda b, k: logits[b, k].astype(I64) * i64(LOG2E_Q15),
                    name="xent_t")

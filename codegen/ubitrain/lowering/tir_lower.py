@@ -8,6 +8,12 @@ kernel needs: blocks become plain loops, buffers become 1-D, indices become 32-b
 import tvm
 from tvm import s_tir, tirx
 
+# A TE stage made with attrs={KEEP_STAGE: 1} stays a buffer of its own (kernels/schedules.py
+# inlines no such stage): an expression reads its value many times (NITI's rounding rules
+# read a value in each branch), and inlined, the nested expressions keep TVM's simplifier busy
+# for minutes.
+KEEP_STAGE = "ub_keep_stage"
+
 LOWERING_PASSES = [
     s_tir.transform.LowerInitBlock(),
     s_tir.transform.PlanAndUpdateBufferAllocationLocation(),

@@ -4,7 +4,7 @@ int8/graph.py rewrites the float training graph into these and into Relax's own 
 (conv2d, matmul and their gradients with int32 accumulators, relu, max pooling on int8).
 Every int8 tensor travels with its exponent, an int32 tensor of shape (1,): value = q 2^e.
 A rescale site, int32[6] (shift, interval, countdown, reductions, skips, exponent: the
-fields of int8/rescale.py), is state that each narrowing op reads and returns updated.
+fields of niti/rescale.py), is state that each narrowing op reads and returns updated.
 lowering/niti_kernels.py gives each op its TE kernel.
 """
 
@@ -14,7 +14,7 @@ from tvm import relax
 
 from .fused_ops import fused_call
 
-SITE = 6  # int32 fields of a rescale site (int8/rescale.py)
+SITE = 6  # int32 fields of a rescale site (niti/rescale.py)
 EXPONENT_TYPE = relax.TensorType((1,), "int32")
 SITE_TYPE = relax.TensorType((SITE,), "int32")
 
@@ -24,7 +24,7 @@ def _int8_like(x) -> relax.TensorType:
 
 
 def quantize(x):
-    """A float tensor as (int8, exponent): int8/quantize.py's rule."""
+    """A float tensor as (int8, exponent): niti/quantize.py's rule."""
     return fused_call("niti_quantize", [x], [_int8_like(x), EXPONENT_TYPE])
 
 
@@ -64,7 +64,7 @@ def align_bias(total, exponents, bias, bias_exponent):
 
 
 def softmax_xent_grad(logits, e, labels):
-    """NITI's integer softmax cross-entropy gradient (int8/loss.py): (int8 error with
+    """NITI's integer softmax cross-entropy gradient (niti/loss.py): (int8 error with
     exponent 0, the float loss of the dequantized logits)."""
     return fused_call("niti_softmax_xent", [logits, e, labels],
                       [_int8_like(logits), relax.TensorType((), "float32")])
