@@ -1,0 +1,192 @@
+"""NITI's integer training step in numpy, read off the model's own ATen graph: the reference
+the int8 compile (training/niti_graph.py, then the generated C) must equal bit for bit.
+
+It shares nothing with the compile but the integer rules of ubitrain.niti: it walks the graph
+that torch.export gives (not Relax's), computes the forward op by op and the backward by the
+hand-written rules below, in reverse order. The spec it implements (docs/algorithms.md):
+
+- an activation or error is int8 with an exponent; the model input is quantized first;
+- conv2d / linear accumulate int8 x int8 in int64 (exact), the int32 bias aligned to the
+  accumulator's exponent is added, and the first consumer that is not a bias add reads the
+  sum narrowed to int8 at a rescale site (the shift of the maximum's bit length - 7);
+- add of two int8 tensors: the aligned sum (niti_kernels.ALIGN_BITS), narrowed by its reader;
+- relu and max pooling (windows that tile) on int8; flatten / view as a reshape;
+- loss: the integer softmax cross-entropy gradient, error exponent 0;
+- backward: a weight gradient and a bias gradient are int32 sums (returned as they are, for
+  the optimizer); an input error is an int32 sum narrowed at its own site; where a tensor
+  feeds two readers, their errors are added aligned and narrowed.
+
+Rescale sites use the exact shift (mode EXACT_COUNTED); their order differs from the compile's
+and only matters for adaptive rescaling.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import UnsupportedOpError
+from ..frontend.torch_export import export_module
+from ..int8.int_conv import conv2d, conv2d_input_grad, conv2d_weight_grad
+from ..int8.reference import max_pool, max_pool_backward
+from ..niti.loss import cross_entropy, softmax_xent_grad
+from ..niti.quantize import quantize
+from ..niti.rounding import as_i64, clip8, round_shift, shift_for
+
+ALIGN_BITS = 22  # lowering/niti_kernels.py: the largest left shift of an aligned operand
+
+aten = torch.ops.aten
+
+
+def narrow(total, exponent: int) -> tuple[np.ndarray, int]:
+    s = shift_for(total, 7)
+    return clip8(round_shift(total, s)), exponent + s
+
+
+def aligned_sum(a, ea: int, b, eb: int) -> tuple[np.ndarray, int]:
+    if ea < eb:
+        a, ea, b, eb = b, eb, a, ea
+    left = min(ea - eb, ALIGN_BITS)
+    return (as_i64(a) << left) + round_shift(b, ea - eb - left), ea - left
+
+
+def align_bias(total, exponent: int, bias, bias_exponent: int, channel_axis: int = 1):
+    gap = bias_exponent - exponent
+    b = as_i64(bias) << min(gap, ALIGN_BITS) if gap >= 0 else round_shift(bias, -gap)
+    shape = [1] * total.ndim
+    shape[channel_axis] = -1
+    return total + b.reshape(shape)
+
+
+class Value:
+    """A forward value: int8 `q` at exponent `e`, or an int64 `total` not yet narrowed."""
+
+    def __init__(self, q=None, e=0, total=None):
+        self.q, self.e, self.total = q, e, total
+
+    def int8(self) -> tuple[np.ndarray, int]:
+        if self.q is None:
+            self.q, self.e = narrow(self.total, self.e)
+        return self.q, self.e
+
+
+def _pair(v, default):
+    v = default if v is None else v
+    return (v, v) if isinstance(v, int) else tuple(v) * (2 // len(v))
+
+
+class NitiGraphReference:
+    """One NITI step of `model` on integer parameters: `step(x, labels, params)` with params
+    {state_dict name: (values, exponent)}, int8 weights and int32 biases. Returns the loss and
+    {name: int64 gradient} before any update."""
+
+    def __init__(self, model: torch.nn.Module, example_input: torch.Tensor):
+        exported = export_module(model, (example_input,), training=True)
+        self.graph = exported.graph
+        self.names = dict(exported.graph_signature.inputs_to_parameters)  # placeholder -> name
+
+    def step(self, x, labels, params: dict[str, tuple[np.ndarray, int]]):
+        values, order, readers = {}, [], {}
+        for node in self.graph.nodes:
+            if node.op == "placeholder":
+                if node.name in self.names:
+                    q, e = params[self.names[node.name]]
+                    values[node] = Value(as_i64(q), e)
+                else:
+                    q, e = quantize(x)
+                    values[node] = Value(as_i64(q), e)
+            elif node.op == "call_function":
+                values[node] = self.forward(node, values)
+                order.append(node)
+                for a in node.all_input_nodes:
+                    readers.setdefault(a, []).append(node)
+            elif node.op == "output":
+                logits = node.args[0][0] if isinstance(node.args[0], (list, tuple)) \
+                    else node.args[0]
+        zq, ze = values[logits].int8()
+        loss = cross_entropy(zq, ze, labels)
+        errors = {logits: (as_i64(softmax_xent_grad(zq, ze, labels)), 0)}
+        grads = {}
+        for node in reversed(order):
+            if node not in errors:
+                continue
+            err, ee = errors.pop(node)
+            for target, (g, eg) in self.backward(node, values, err, ee).items():
+                if target.name in self.names:
+                    grads[self.names[target.name]] = g
+                elif target.op == "call_function":
+                    self._add_error(errors, target, g, eg)
+        return loss, grads
+
+    @staticmethod
+    def _add_error(errors, target, g, eg):
+        if target in errors:  # a second reader's error: added aligned, narrowed
+            total, e = aligned_sum(*errors[target], g, eg)
+            errors[target] = narrow(total, e)
+        else:
+            errors[target] = (g, eg)
+
+    # ---- forward -----------------------------------------------------------------------------
+    def forward(self, node, values):
+        args = [values.get(a, a) for a in node.args]
+        op = node.target
+        if op in (aten.conv2d.default, aten.linear.default):
+            x, w = args[0].int8(), args[1]
+            bias = args[2] if len(args) > 2 else None
+            if op == aten.linear.default:
+                total = as_i64(x[0]) @ w.q.T
+            else:
+                stride, padding = _pair(args[3] if len(args) > 3 else 1, 1), \
+                    _pair(args[4] if len(args) > 4 else 0, 0)
+                total = conv2d(x[0], w.q, stride, padding)
+            e = x[1] + w.e
+            if isinstance(bias, Value):
+                total = align_bias(total, e, bias.q, bias.e)
+            return Value(total=total, e=e)
+        if op == aten.add.Tensor:
+            (a, ea), (b, eb) = args[0].int8(), args[1].int8()
+            total, e = aligned_sum(a, ea, b, eb)
+            return Value(total=total, e=e)
+        if op in (aten.relu.default, aten.relu_.default):
+            q, e = args[0].int8()
+            return Value(np.maximum(q, 0), e)
+        if op == aten.max_pool2d.default:
+            q, e = args[0].int8()
+            return Value(max_pool(q, _pair(args[1], None)), e)
+        if op in (aten.flatten.using_ints, aten.view.default, aten.reshape.default):
+            q, e = args[0].int8()
+            return Value(q.reshape(tuple(node.meta["val"].shape)), e)
+        raise UnsupportedOpError(f"the NITI reference has no rule for {op}")
+
+    # ---- backward: {input node: (error or gradient, exponent)} -------------------------------
+    def backward(self, node, values, err, ee):
+        op, args = node.target, node.args
+        out = {}
+        if op in (aten.conv2d.default, aten.linear.default):
+            x, w = values[args[0]], values[args[1]]
+            xq, xe = x.int8()
+            if op == aten.linear.default:
+                out[args[1]] = (err.T @ as_i64(xq), ee + xe)
+                total = err @ w.q
+            else:
+                stride = _pair(args[3] if len(args) > 3 else 1, 1)
+                padding = _pair(args[4] if len(args) > 4 else 0, 0)
+                out[args[1]] = (conv2d_weight_grad(xq, err, w.q.shape[2:], stride, padding),
+                                ee + xe)
+                total = conv2d_input_grad(err, w.q, xq.shape, stride, padding)
+            if len(args) > 2 and args[2] is not None:
+                axes = (0,) if err.ndim == 2 else (0, 2, 3)
+                out[args[2]] = (err.sum(axis=axes), ee)
+            if args[0].op == "call_function":
+                out[args[0]] = narrow(total, ee + w.e)
+            return out
+        if op == aten.add.Tensor:
+            return {a: (err, ee) for a in args}
+        if op in (aten.relu.default, aten.relu_.default):
+            return {args[0]: (np.where(values[node].q > 0, err, 0), ee)}
+        if op == aten.max_pool2d.default:
+            q, _ = values[args[0]].int8()
+            return {args[0]: (max_pool_backward(q, err, _pair(args[1], None)), ee)}
+        if op in (aten.flatten.using_ints, aten.view.default, aten.reshape.default):
+            return {args[0]: (err.reshape(values[args[0]].int8()[0].shape), ee)}
+        raise UnsupportedOpError(f"the NITI reference has no backward rule for {op}")

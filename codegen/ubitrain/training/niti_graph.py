@@ -1,0 +1,349 @@
+"""The float training graph rewritten into NITI's integer one (precision="int8").
+
+The rewrite walks `main` of the training module (trace: forward, loss, Relax's Gradient) and
+gives every float tensor an integer form:
+
+- an activation or error is int8 values with an int32 exponent of shape (1,): `Quantized`
+  (value = q 2^e);
+- a conv or matmul gives an int32 accumulator whose exponent is the sum of its operands':
+  `Accumulator`. It stays int32 while a bias joins it (the bias aligned to its exponent) and
+  where it is a gradient (a weight's or a bias's: the optimizer renormalizes it); any other
+  consumer reads it narrowed to int8 at a rescale site of its own (ops/niti.py `rescale`);
+- a weight is an int8 parameter, a bias an int32 one, each with an exponent parameter;
+- a ReLU's mask, max pooling, reshapes and transposes work on the int8 values as they are.
+
+The result is a Relax function with the integer parameters, one int32[6] parameter per
+rescale site (returned updated, for the step to copy back), the float loss and one int32
+gradient per trained parameter. Every op it does not know is refused by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.relax import op as R
+
+from ..errors import UnsupportedOpError
+from ..ops import niti
+from ..ops.fused_ops import fused_op_of
+
+INT8, INT32 = "int8", "int32"
+
+
+@dataclass
+class Quantized:
+    q: relax.Expr  # int8
+    e: relax.Expr  # int32 (1,)
+
+
+@dataclass
+class Accumulator:
+    total: relax.Expr  # int32
+    exponents: list  # int32 (1,) tensors whose sum is its exponent
+
+
+@dataclass
+class Parameter:
+    name: str
+    var: relax.Var  # int8 (a weight) or int32 (a bias)
+    e: relax.Var
+
+
+@dataclass
+class Mask:
+    mask: relax.Expr  # bool
+
+
+@dataclass
+class NitiGraph:
+    """The rewritten function and how its parameters and outputs map to the float ones."""
+    mod: tvm.IRModule
+    parameters: dict[str, Parameter]  # by the float parameter's name
+    sites: list[str] = field(default_factory=list)  # the rescale sites, in parameter order
+    gradients: list[str] = field(default_factory=list)  # parameter names, in output order
+
+
+def _shape(expr) -> tuple[int, ...]:
+    return tuple(int(d) for d in expr.ty.shape)
+
+
+def _dtype(expr) -> str:
+    return str(expr.ty.dtype)
+
+
+class _Rewriter:
+    def __init__(self, func: relax.Function, trainable: list[str], mode: int,
+                 max_interval: int):
+        self.func, self.trainable = func, trainable
+        self.mode, self.max_interval = mode, max_interval
+        self.bb = relax.BlockBuilder()
+        self.env: dict = {}  # float var -> its integer form
+        self.narrowed: dict[int, Quantized] = {}  # id(Accumulator) -> its int8 form
+        self.sites: list[tuple[str, relax.Var]] = []
+        self.new_sites: list[relax.Expr] = []
+        self.zero_exponent = relax.const(np.zeros(1, np.int32))
+
+    # ---- values ----------------------------------------------------------------------------
+    def emit(self, expr, name: str = ""):
+        return self.bb.emit(expr, name)
+
+    def quantized(self, value, where: str) -> Quantized:
+        """`value` as int8: an accumulator is narrowed at a rescale site of its own, once."""
+        if isinstance(value, Quantized):
+            return value
+        if isinstance(value, Accumulator):
+            if id(value) not in self.narrowed:
+                self.narrowed[id(value)] = self.rescale(value, where)
+            return self.narrowed[id(value)]
+        raise UnsupportedOpError(f"precision='int8': {where} reads {type(value).__name__}, "
+                                 "which has no int8 form")
+
+    def rescale(self, acc: Accumulator, where: str) -> Quantized:
+        site = relax.Var(f"site{len(self.sites)}", niti.SITE_TYPE)
+        self.sites.append((where, site))
+        out = self.emit(niti.rescale(acc.total, acc.exponents, site, self.mode,
+                                     self.max_interval), "narrowed")
+        self.new_sites.append(self.emit(relax.TupleGetItem(out, 2)))
+        return Quantized(self.emit(relax.TupleGetItem(out, 0)),
+                         self.emit(relax.TupleGetItem(out, 1)))
+
+    def exponent_of(self, value) -> list:
+        if isinstance(value, Quantized):
+            return [value.e]
+        if isinstance(value, Parameter):
+            return [value.e]
+        raise UnsupportedOpError(f"precision='int8': a {type(value).__name__} as an operand "
+                                 "of a product")
+
+    def operand(self, value, where: str) -> tuple[relax.Expr, list]:
+        """An int8 operand of a product and its exponent tensors."""
+        if isinstance(value, Parameter):
+            if _dtype(value.var) != INT8:
+                raise UnsupportedOpError(f"precision='int8': {where} multiplies by the bias "
+                                         f"{value.name}")
+            return value.var, [value.e]
+        q = self.quantized(value, where)
+        return q.q, [q.e]
+
+    # ---- the walk --------------------------------------------------------------------------
+    def outputs(self):
+        body = self.func.body.body  # (loss, (adjoints...))
+        fields = body.fields if isinstance(body, relax.Tuple) else None
+        if fields is None:
+            raise UnsupportedOpError("precision='int8': the step's outputs are not a tuple")
+        loss = self.env[fields[0]]
+        grads = []
+        for adjoint in fields[1].fields:
+            value = self.env[adjoint]
+            if not isinstance(value, Accumulator):
+                raise UnsupportedOpError("precision='int8': a gradient that is not an "
+                                         "integer sum")
+            grads.append(value.total)
+        return loss, grads
+
+    def visit(self, binding):
+        value = binding.value
+        if isinstance(value, relax.Var):
+            return self.env[value]
+        if isinstance(value, relax.TupleGetItem):
+            return self.env[value.tuple_value][value.index]
+        if not isinstance(value, relax.Call):
+            raise UnsupportedOpError(f"precision='int8': {binding.var.name} is a "
+                                     f"{type(value).__name__}")
+        fused = fused_op_of(value)
+        if fused is not None:
+            return self.fused(binding.var, value, fused[0])
+        op = value.op.name
+        rule = RULES.get(op)
+        if rule is None:
+            raise UnsupportedOpError(f"precision='int8': no integer (NITI) form for {op} "
+                                     f"({binding.var.name})")
+        return rule(self, value, binding.var.name)
+
+    def fused(self, var, call, op):
+        args = [self.env[a] for a in call.args[1].fields]
+        if op == "softmax_cross_entropy":
+            logits, labels = self.quantized(args[0], "the logits"), args[1]
+            out = self.emit(niti.softmax_xent_grad(logits.q, logits.e, labels), "xent")
+            self.error = Quantized(self.emit(relax.TupleGetItem(out, 0)), self.zero_exponent)
+            return self.emit(relax.TupleGetItem(out, 1), "loss")
+        if op == "softmax_cross_entropy_backward":
+            return self.error
+        raise UnsupportedOpError(f"precision='int8': no integer (NITI) form for {op}")
+
+
+
+# ---- op rules: (rewriter, float call, name) -> integer form ------------------------------------
+
+def _conv2d(rw: _Rewriter, call, name):
+    a = call.attrs
+    x, ex = rw.operand(rw.env[call.args[0]], name)
+    w, ew = rw.operand(rw.env[call.args[1]], name)
+    total = rw.emit(R.nn.conv2d(x, w, a.strides, a.padding, a.dilation, a.groups,
+                                a.data_layout, a.kernel_layout, a.out_layout, out_dtype=INT32))
+    return Accumulator(total, ex + ew)
+
+
+def _conv2d_transpose(rw: _Rewriter, call, name):
+    a = call.attrs
+    x, ex = rw.operand(rw.env[call.args[0]], name)
+    w, ew = rw.operand(rw.env[call.args[1]], name)
+    total = rw.emit(R.nn.conv2d_transpose(x, w, a.strides, a.padding, a.output_padding,
+                                          a.dilation, a.groups, a.data_layout, a.kernel_layout,
+                                          a.out_layout, out_dtype=INT32))
+    return Accumulator(total, ex + ew)
+
+
+def _matmul(rw: _Rewriter, call, name):
+    x, ex = rw.operand(rw.env[call.args[0]], name)
+    w, ew = rw.operand(rw.env[call.args[1]], name)
+    return Accumulator(rw.emit(R.matmul(x, w, out_dtype=INT32)), ex + ew)
+
+
+def _same_on_values(make):
+    """An op that moves int8 values (reshape, transpose): the same op, the same exponent;
+    of a parameter, the parameter's values moved."""
+    def rule(rw: _Rewriter, call, name):
+        value = rw.env[call.args[0]]
+        if isinstance(value, Parameter):
+            return Parameter(value.name, rw.emit(make(value.var, call)), value.e)
+        if isinstance(value, Accumulator) and call.op.name == "relax.reshape":
+            return Accumulator(rw.emit(make(value.total, call)), value.exponents)
+        q = rw.quantized(value, name)
+        return Quantized(rw.emit(make(q.q, call)), q.e)
+    return rule
+
+
+def _add(rw: _Rewriter, call, name):
+    a, b = (rw.env[x] for x in call.args)
+    if isinstance(b, Accumulator) and isinstance(a, Parameter):
+        a, b = b, a
+    if isinstance(a, Accumulator) and isinstance(b, Parameter):  # a bias
+        bias = b.var
+        if len(_shape(bias)) != 1:
+            bias = rw.emit(R.reshape(bias, (_shape(bias)[1],)))
+        return Accumulator(rw.emit(niti.align_bias(a.total, a.exponents, bias, b.e)),
+                           a.exponents)
+    qa, qb = rw.quantized(a, name), rw.quantized(b, name)
+    out = rw.emit(niti.align_add(qa.q, qa.e, qb.q, qb.e))
+    return Accumulator(rw.emit(relax.TupleGetItem(out, 0)),
+                       [rw.emit(relax.TupleGetItem(out, 1))])
+
+
+def _relu(rw: _Rewriter, call, name):
+    q = rw.quantized(rw.env[call.args[0]], name)
+    return Quantized(rw.emit(R.maximum(q.q, relax.const(0, INT8))), q.e)
+
+
+def _greater_than_zero(rw: _Rewriter, call, name):
+    const = call.args[1]
+    if not (isinstance(const, tvm.ir.Constant) and float(const.value.numpy()) == 0.0):
+        raise UnsupportedOpError(f"precision='int8': {name} compares with a value other "
+                                 "than 0")
+    q = rw.quantized(rw.env[call.args[0]], name)
+    return Mask(rw.emit(R.greater(q.q, relax.const(0, INT8))))
+
+
+def _where(rw: _Rewriter, call, name):
+    mask, value, other = (rw.env.get(a, a) for a in call.args)
+    if not (isinstance(mask, Mask) and isinstance(other, tvm.ir.Constant)
+            and float(other.value.numpy()) == 0.0):
+        raise UnsupportedOpError(f"precision='int8': {name} selects other than an error "
+                                 "by a mask")
+    q = rw.quantized(value, name)
+    return Quantized(rw.emit(R.where(mask.mask, q.q, relax.const(0, INT8))), q.e)
+
+
+def _max_pool2d(rw: _Rewriter, call, name):
+    a = call.attrs
+    q = rw.quantized(rw.env[call.args[0]], name)
+    return Quantized(rw.emit(R.nn.max_pool2d(q.q, a.pool_size, a.strides, a.padding,
+                                             a.dilation, a.ceil_mode, a.count_include_pad,
+                                             a.layout, a.out_layout)), q.e)
+
+
+def _max_pool2d_backward(rw: _Rewriter, call, name):
+    a = call.attrs
+    if any(int(s) < int(k) for s, k in zip(a.strides, a.pool_size)):
+        raise UnsupportedOpError(f"precision='int8': {name}: max pooling with overlapping "
+                                 f"windows (pool {list(a.pool_size)}, stride "
+                                 f"{list(a.strides)}) sums errors beyond int8")
+    err = rw.quantized(rw.env[call.args[0]], name)
+    x = rw.quantized(rw.env[call.args[1]], name)
+    return Quantized(rw.emit(R.grad.max_pool2d_backward(
+        err.q, x.q, a.pool_size, a.strides, a.padding, a.dilation, a.ceil_mode,
+        a.count_include_pad, a.layout, a.out_layout)), err.e)
+
+
+def _collapse_sum_to(rw: _Rewriter, call, name):
+    err = rw.quantized(rw.env[call.args[0]], name)
+    wide = rw.emit(R.astype(err.q, INT32))
+    return Accumulator(rw.emit(R.collapse_sum_to(wide, call.args[1])), [err.e])
+
+
+def _ones(rw: _Rewriter, call, name):
+    return None  # the loss's own adjoint: the integer loss gradient does not read it
+
+
+RULES = {
+    "relax.nn.conv2d": _conv2d,
+    "relax.nn.conv2d_transpose": _conv2d_transpose,
+    "relax.matmul": _matmul,
+    "relax.reshape": _same_on_values(lambda x, c: R.reshape(x, c.args[1])),
+    "relax.permute_dims": _same_on_values(lambda x, c: R.permute_dims(x, c.attrs.axes)),
+    "relax.add": _add,
+    "relax.nn.relu": _relu,
+    "relax.greater": _greater_than_zero,
+    "relax.where": _where,
+    "relax.nn.max_pool2d": _max_pool2d,
+    "relax.grad.max_pool2d_backward": _max_pool2d_backward,
+    "relax.collapse_sum_to": _collapse_sum_to,
+    "relax.ones": _ones,
+}
+
+
+def niti_graph(mod: tvm.IRModule, parameter_names: list[str], mode: int,
+               max_interval: int) -> NitiGraph:
+    """`main` of a training module as NITI's integer step (see the module's docstring).
+    `parameter_names`: the parameters of `main` that are the model's (the others are its
+    inputs and the labels). A vector parameter is a bias (int32), any other a weight (int8)."""
+    func = mod["main"]
+    rw = _Rewriter(func, parameter_names, mode, max_interval)
+    parameters = {}
+    for p in func.params:
+        if p.name in parameter_names:
+            shape = _shape(p)
+            dtype = INT32 if len(shape) == 1 else INT8
+            parameters[p.name] = Parameter(
+                p.name, relax.Var(p.name, relax.TensorType(shape, dtype)),
+                relax.Var(p.name + "_exponent", niti.EXPONENT_TYPE))
+    inputs = [relax.Var(p.name, p.ty) for p in func.params
+              if p.name not in parameters]
+    bb = rw.bb
+    with bb.function("main"):
+        with bb.dataflow():
+            given = iter(inputs)
+            for p in func.params:
+                if p.name in parameters:
+                    rw.env[p] = parameters[p.name]
+                    continue
+                var = next(given)
+                if _dtype(p) == "float32":  # a model input: quantized at the step's start
+                    out = bb.emit(niti.quantize(var), "quantized")
+                    rw.env[p] = Quantized(bb.emit(relax.TupleGetItem(out, 0)),
+                                          bb.emit(relax.TupleGetItem(out, 1)))
+                else:
+                    rw.env[p] = var
+            for block in func.body.blocks:
+                for binding in block.bindings:
+                    rw.env[binding.var] = rw.visit(binding)
+            loss, grads = rw.outputs()
+            out = bb.emit_output(relax.Tuple([loss, relax.Tuple(grads),
+                                              relax.Tuple(rw.new_sites)]))
+        params = inputs + [v for p in parameters.values() for v in (p.var, p.e)]
+        bb.emit_func_output(out, params=params + [s for _, s in rw.sites])
+    gradients = [p.name for p in func.params if p.name in parameters]
+    return NitiGraph(bb.get(), parameters, [w for w, _ in rw.sites], gradients)

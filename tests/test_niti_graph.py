@@ -1,0 +1,94 @@
+"""The int8 step derived from the float training graph (training/niti_graph.py), run by TVM,
+against NITI's numpy reference read off the model's ATen graph (fidelity/niti_reference.py):
+the same loss and the same int32 gradients, bit for bit, for chains and DAGs with biases and
+residual adds."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from torch import nn
+from tvm import relax
+
+from ubitrain.fidelity.niti_reference import NitiGraphReference
+from ubitrain.lowering.fused_kernels import legalize_fused_ops
+from ubitrain.niti.quantize import quantize, quantize_weight
+from ubitrain.niti.rescale import EXACT_COUNTED
+from ubitrain.training.graph import build_training_module
+from ubitrain.training.niti_graph import niti_graph
+
+BIAS_FRACTION_BITS = 8  # a bias's exponent below its accumulator's
+
+
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(1, 4, 3, padding=1)
+        self.body = nn.Conv2d(4, 4, 3, padding=1)
+        self.head = nn.Linear(4 * 4 * 4, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        h = torch.relu(self.body(h) + h)
+        return self.head(torch.flatten(nn.functional.max_pool2d(h, 2), 1))
+
+
+def chain(bias: bool):
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=bias), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(64, 10, bias=bias))
+
+
+def integer_parameters(model, x):
+    """int8 weights (quantized from the float ones) and int32 biases at their weight's
+    exponent + the input's - BIAS_FRACTION_BITS, random over the bias's range."""
+    _, ex = quantize(x.numpy())
+    rng = np.random.default_rng(0)
+    params, weight_exponent = {}, None
+    for name, p in model.named_parameters():
+        if p.ndim > 1:
+            params[name] = quantize_weight(name, p.detach().numpy())
+            weight_exponent = params[name][1]
+        else:
+            params[name] = (rng.integers(-2**12, 2**12, p.shape).astype(np.int32),
+                            weight_exponent + ex - BIAS_FRACTION_BITS)
+    return params
+
+
+def run_graph(model, x, y, params):
+    tm = build_training_module(model, (x,), y, "cross_entropy", None, 1)
+    names = {"p_" + n.replace(".", "_"): n for n in params}
+    graph = niti_graph(tm.mod, list(names), EXACT_COUNTED, 64)
+    mod = relax.transform.LegalizeOps()(legalize_fused_ops(graph.mod, "float64"))
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    args = [x.numpy(), y.numpy().astype(np.int32)]
+    for relax_name, p in graph.parameters.items():
+        values, e = params[names[relax_name]]
+        shape = tuple(int(d) for d in p.var.ty.shape)
+        args += [np.asarray(values).reshape(shape), np.array([e], np.int32)]
+    args += [np.zeros(6, np.int32) for _ in graph.sites]
+    loss, grads, _ = vm["main"](*(tvm.runtime.tensor(a) for a in args))
+    return float(loss.numpy()), {names[n]: g.numpy() for n, g in zip(graph.gradients, grads)}
+
+
+@pytest.mark.parametrize("make", [lambda: chain(False), lambda: chain(True), Residual],
+                         ids=["chain", "chain_with_biases", "residual_with_biases"])
+def test_the_integer_step_equals_the_numpy_reference(make):
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    model = make()
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(4, 1, 8, 8, generator=gen), torch.randint(0, 10, (4,), generator=gen)
+    params = integer_parameters(model, x)
+    loss, grads = run_graph(model, x, y, params)
+    want_loss, want = NitiGraphReference(model, x).step(x.numpy(), y.numpy(), params)
+    assert grads.keys() == want.keys() == params.keys()
+    for name in want:
+        assert np.abs(want[name]).max() > 0, f"{name}: a zero gradient checks nothing"
+        assert want[name].dtype == np.int64 and np.abs(want[name]).max() < 2**31
+        np.testing.assert_array_equal(grads[name].reshape(want[name].shape), want[name],
+                                      err_msg=name)
+    assert abs(loss - want_loss) <= 1e-6 * abs(want_loss)
