@@ -1,4 +1,4 @@
-"""The int8 step derived from the float training graph (training/niti_graph.py), run by TVM,
+"""The int8 step derived from the float training graph (training/niti_module.py), run by TVM,
 against NITI's numpy reference read off the model's ATen graph (fidelity/niti_reference.py):
 the same loss and the same int32 gradients, bit for bit, for chains and DAGs with biases and
 residual adds."""
@@ -16,12 +16,9 @@ from tvm import relax
 
 from ubitrain.fidelity.niti_reference import NitiGraphReference
 from ubitrain.lowering.fused_kernels import legalize_fused_ops
-from ubitrain.niti.quantize import quantize, quantize_weight
 from ubitrain.niti.rescale import EXACT_COUNTED
 from ubitrain.training.graph import build_training_module
-from ubitrain.training.niti_graph import niti_graph
-
-BIAS_FRACTION_BITS = 8  # a bias's exponent below its accumulator's
+from ubitrain.training.niti_module import niti_training_module
 
 
 class Residual(nn.Module):
@@ -42,36 +39,17 @@ def chain(bias: bool):
                          nn.Flatten(), nn.Linear(64, 10, bias=bias))
 
 
-def integer_parameters(model, x):
-    """int8 weights (quantized from the float ones) and int32 biases at their weight's
-    exponent + the input's - BIAS_FRACTION_BITS, random over the bias's range."""
-    _, ex = quantize(x.numpy())
-    rng = np.random.default_rng(0)
-    params, weight_exponent = {}, None
-    for name, p in model.named_parameters():
-        if p.ndim > 1:
-            params[name] = quantize_weight(name, p.detach().numpy())
-            weight_exponent = params[name][1]
-        else:
-            params[name] = (rng.integers(-2**12, 2**12, p.shape).astype(np.int32),
-                            weight_exponent + ex - BIAS_FRACTION_BITS)
-    return params
-
-
-def run_graph(model, x, y, params):
-    tm = build_training_module(model, (x,), y, "cross_entropy", None, 1)
-    names = {"p_" + n.replace(".", "_"): n for n in params}
-    graph = niti_graph(tm.mod, list(names), EXACT_COUNTED, 64)
-    mod = relax.transform.LegalizeOps()(legalize_fused_ops(graph.mod, "float64"))
+def run_graph(model, x, y):
+    """The integer training function run by TVM's VM: (integer parameters, loss, gradients)."""
+    tm = niti_training_module(build_training_module(model, (x,), y, "cross_entropy"), model, x,
+                              EXACT_COUNTED, 64)
+    mod = relax.transform.LegalizeOps()(legalize_fused_ops(tm.mod, "float64"))
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-    args = [x.numpy(), y.numpy().astype(np.int32)]
-    for relax_name, p in graph.parameters.items():
-        values, e = params[names[relax_name]]
-        shape = tuple(int(d) for d in p.var.ty.shape)
-        args += [np.asarray(values).reshape(shape), np.array([e], np.int32)]
-    args += [np.zeros(6, np.int32) for _ in graph.sites]
-    loss, grads, _ = vm["main"](*(tvm.runtime.tensor(a) for a in args))
-    return float(loss.numpy()), {names[n]: g.numpy() for n, g in zip(graph.gradients, grads)}
+    args = [x.numpy(), y.numpy().astype(np.int32)] + [s.value for s in tm.graph.state]
+    (loss, *_), grads = vm["main"](*(tvm.runtime.tensor(a) for a in args))
+    state = {s.name: s.value for s in tm.graph.state}
+    params = {n: (state[n], int(state[f"{n}.exponent"][0])) for n in tm.trainable}
+    return params, float(loss.numpy()), {n: g.numpy() for n, g in zip(tm.trainable, grads)}
 
 
 @pytest.mark.parametrize("make", [lambda: chain(False), lambda: chain(True), Residual],
@@ -82,8 +60,7 @@ def test_the_integer_step_equals_the_numpy_reference(make):
     model = make()
     gen = torch.Generator().manual_seed(1)
     x, y = torch.randn(4, 1, 8, 8, generator=gen), torch.randint(0, 10, (4,), generator=gen)
-    params = integer_parameters(model, x)
-    loss, grads = run_graph(model, x, y, params)
+    params, loss, grads = run_graph(model, x, y)
     want_loss, want = NitiGraphReference(model, x).step(x.numpy(), y.numpy(), params)
     assert grads.keys() == want.keys() == params.keys()
     for name in want:

@@ -19,6 +19,7 @@ from ubitrain.kernels.library import KernelLibrary
 from ubitrain.lowering import niti_kernels
 from ubitrain.niti import loss, quantize, rounding
 from ubitrain.niti.rescale import ADAPTIVE, EXACT_COUNTED, EXPONENT, site_shift
+from ubitrain.niti.update import niti_update
 from ubitrain.project.emit import RUNTIME_C
 
 N = 37  # elements of the elementwise cases
@@ -43,6 +44,10 @@ CASES = {  # name -> (kernel, input (shape, dtype)s, attributes)
     "align_bias": (niti_kernels.niti_align_bias,
                    [((3, 5, 2), "int32"), ((1,), "int32"), ((1,), "int32"), ((5,), "int32"),
                     ((1,), "int32")], {}),
+    "update_weight": (niti_kernels.niti_update,
+                      [((N,), "int8"), ((N,), "int32"), ((1,), "float32")], {}),
+    "update_bias": (niti_kernels.niti_update,
+                    [((N,), "int32"), ((N,), "int32"), ((1,), "float32")], {}),
     "softmax_xent": (niti_kernels.niti_softmax_xent,
                      [((BATCH, CLASSES), "int8"), ((1,), "int32"), ((BATCH,), "int32")], {}),
 }
@@ -56,7 +61,8 @@ def kernels(tmp_path_factory):
     signatures = {}
     for name, (kernel, spec, attrs) in CASES.items():
         inputs = _placeholders(spec)
-        outs = kernel(*inputs, **attrs, acc="float64")
+        outs = kernel(*inputs, **attrs) if kernel is niti_kernels.niti_update else \
+            kernel(*inputs, **attrs, acc="float64")
         outs = outs if isinstance(outs, list) else [outs]
         c = library.add(te.create_prim_func(inputs + outs), f"niti_{name}")
         signatures[name] = (c, [(tuple(int(d) for d in o.shape), str(o.dtype)) for o in outs])
@@ -181,3 +187,19 @@ def test_softmax_gradient_and_loss_as_numpy(kernels):
         np.testing.assert_array_equal(err, loss.softmax_xent_grad(z, int(e[0]), labels))
         want = loss.cross_entropy(z, int(e[0]), labels)
         assert abs(float(got_loss) - want) <= 1e-6 * max(1.0, abs(want))
+
+
+@pytest.mark.parametrize("kind", ["weight", "bias"])
+def test_update_renormalizes_the_gradient_as_numpy(kernels, kind):
+    """NITI's update (niti/update.py) for an int8 weight and an int32 bias, over gradients
+    from 0 to 2^30 and every mu, so that the shift is 0 as often as it is large."""
+    rng = np.random.default_rng(7)
+    shifted = 0
+    for _ in range(TRIALS):
+        grad, mu = _int32s(rng, (N,)), int(rng.integers(1, 8))
+        param = (rng.integers(-127, 128, N).astype(np.int8) if kind == "weight"
+                 else _int32s(rng, (N,)))
+        (got,) = kernels[f"update_{kind}"](param, grad, np.array([mu], np.float32))
+        np.testing.assert_array_equal(got, niti_update(param, grad, mu))
+        shifted += rounding.shift_for(grad, mu + (0 if kind == "weight" else 8)) > 0
+    assert 0 < shifted < TRIALS

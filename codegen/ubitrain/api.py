@@ -39,8 +39,16 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
     pipeline/fp32.py declares them), for debugging: the step trains the same, bit for bit
     for the passes that claim it. `instruments`: pipeline/instruments.py Instruments that
     watch every step. `name`: the C prefix (ub_<name>_step); by default out_dir's name."""
+    return compile_with(pipeline_for(precision, target), model, example_inputs, labels, loss,
+                        optimizer, trainable, target, memory_budget, out_dir, progress,
+                        micro_batches, disable_passes, instruments, name)
+
+
+def compile_with(pipeline, model, example_inputs, labels, loss, optimizer, trainable, target,
+                 memory_budget, out_dir, progress, micro_batches, disable_passes, instruments,
+                 name) -> Package:
+    """`compile` through a given pipeline (pipeline/: one not yet behind a precision)."""
     start = time.perf_counter()
-    pipeline = pipeline_for(precision, target)
     disabled = pipeline.disabled(disable_passes)
     request = checked_request(pipeline, model, example_inputs, labels, loss, optimizer,
                               trainable, target, memory_budget, out_dir, micro_batches, name)

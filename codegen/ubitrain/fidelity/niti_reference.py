@@ -9,7 +9,7 @@ hand-written rules below, in reverse order. The spec it implements (docs/algorit
 - conv2d / linear accumulate int8 x int8 in int64 (exact), the int32 bias aligned to the
   accumulator's exponent is added, and the first consumer that is not a bias add reads the
   sum narrowed to int8 at a rescale site (the shift of the maximum's bit length - 7);
-- add of two int8 tensors: the aligned sum (niti_kernels.ALIGN_BITS), narrowed by its reader;
+- add of two int8 tensors: the aligned sum (niti/align.py), narrowed by its reader;
 - relu and max pooling (windows that tile) on int8; flatten / view as a reshape;
 - loss: the integer softmax cross-entropy gradient, error exponent 0;
 - backward: a weight gradient and a bias gradient are int32 sums (returned as they are, for
@@ -29,11 +29,10 @@ from ..errors import UnsupportedOpError
 from ..frontend.torch_export import export_module
 from ..int8.int_conv import conv2d, conv2d_input_grad, conv2d_weight_grad
 from ..int8.reference import max_pool, max_pool_backward
+from ..niti.align import align_bias, aligned_sum
 from ..niti.loss import cross_entropy, softmax_xent_grad
-from ..niti.quantize import quantize
+from ..niti.quantize import dequantize, quantize
 from ..niti.rounding import as_i64, clip8, round_shift, shift_for
-
-ALIGN_BITS = 22  # lowering/niti_kernels.py: the largest left shift of an aligned operand
 
 aten = torch.ops.aten
 
@@ -41,21 +40,6 @@ aten = torch.ops.aten
 def narrow(total, exponent: int) -> tuple[np.ndarray, int]:
     s = shift_for(total, 7)
     return clip8(round_shift(total, s)), exponent + s
-
-
-def aligned_sum(a, ea: int, b, eb: int) -> tuple[np.ndarray, int]:
-    if ea < eb:
-        a, ea, b, eb = b, eb, a, ea
-    left = min(ea - eb, ALIGN_BITS)
-    return (as_i64(a) << left) + round_shift(b, ea - eb - left), ea - left
-
-
-def align_bias(total, exponent: int, bias, bias_exponent: int, channel_axis: int = 1):
-    gap = bias_exponent - exponent
-    b = as_i64(bias) << min(gap, ALIGN_BITS) if gap >= 0 else round_shift(bias, -gap)
-    shape = [1] * total.ndim
-    shape[channel_axis] = -1
-    return total + b.reshape(shape)
 
 
 class Value:
@@ -85,24 +69,30 @@ class NitiGraphReference:
         self.graph = exported.graph
         self.names = dict(exported.graph_signature.inputs_to_parameters)  # placeholder -> name
 
-    def step(self, x, labels, params: dict[str, tuple[np.ndarray, int]]):
-        values, order, readers = {}, [], {}
+    def forward(self, x, params):
+        """(each node's Value, the call nodes in order, the logits node)."""
+        values, order = {}, []
         for node in self.graph.nodes:
             if node.op == "placeholder":
                 if node.name in self.names:
                     q, e = params[self.names[node.name]]
-                    values[node] = Value(as_i64(q), e)
                 else:
                     q, e = quantize(x)
-                    values[node] = Value(as_i64(q), e)
+                values[node] = Value(as_i64(q), e)
             elif node.op == "call_function":
-                values[node] = self.forward(node, values)
+                values[node] = self.forward_op(node, values)
                 order.append(node)
-                for a in node.all_input_nodes:
-                    readers.setdefault(a, []).append(node)
             elif node.op == "output":
-                logits = node.args[0][0] if isinstance(node.args[0], (list, tuple)) \
-                    else node.args[0]
+                out = node.args[0]
+                logits = out[0] if isinstance(out, (list, tuple)) else out
+        return values, order, logits
+
+    def predict(self, x, params) -> np.ndarray:
+        values, _, logits = self.forward(x, params)
+        return dequantize(*values[logits].int8())
+
+    def step(self, x, labels, params: dict[str, tuple[np.ndarray, int]]):
+        values, order, logits = self.forward(x, params)
         zq, ze = values[logits].int8()
         loss = cross_entropy(zq, ze, labels)
         errors = {logits: (as_i64(softmax_xent_grad(zq, ze, labels)), 0)}
@@ -127,7 +117,7 @@ class NitiGraphReference:
             errors[target] = (g, eg)
 
     # ---- forward -----------------------------------------------------------------------------
-    def forward(self, node, values):
+    def forward_op(self, node, values):
         args = [values.get(a, a) for a in node.args]
         op = node.target
         if op in (aten.conv2d.default, aten.linear.default):

@@ -14,6 +14,7 @@ import bisect
 from dataclasses import dataclass
 
 from ..errors import CompileError
+from ..lowering.niti_kernels import niti_update
 
 # The working-set bound of a weight-gradient convolution on hexagon-v66: half of the 512 KiB
 # L2 we assume for the v66 compute DSP (Snapdragon 855 class; not from a Qualcomm datasheet),
@@ -77,3 +78,16 @@ class NITI:
 
     def mu_at(self, completed_steps: int) -> int:
         return self.mu[bisect.bisect_right(self.milestones, completed_steps)]
+
+    # ---- as the optimizer of the step program (program/optimizer_update.py) ----------------
+    state_names = ()  # no momentum: the rule reads the gradient alone
+
+    def coefficient_code(self) -> list[str]:
+        """mu for this step (`step` counts from 1), as C."""
+        code = str(self.mu[-1])
+        for milestone, mu in reversed(list(zip(self.milestones, self.mu))):
+            code = f"(step - 1) < {milestone} ? {mu} : {code}"
+        return [f"(float)({code})"]
+
+    def update(self, param, grad, states, coef):
+        return niti_update(param, grad, coef)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
+from ..niti.align import ALIGN_BITS
 from ..niti.loss import ERROR_SHIFT, GRAD_FRACTION_BITS, LOG2E_Q15, TOP_EXPONENT
 from ..niti.rescale import ADAPTIVE, COUNTDOWN, EXACT, EXPONENT, INTERVAL, REDUCTIONS, SHIFT, SKIPS
+from ..niti.update import BIAS_MU_OFFSET
 from .tir_lower import KEEP_STAGE
 
 I32, I64 = "int32", "int64"
 INT8_MAX = 127
-ALIGN_BITS = 22  # the largest left shift that aligns an int8 (two such sums stay in int32)
 BITLEN_BITS = 48  # an int64 bit length is counted over these bits
 
 
@@ -288,6 +289,27 @@ def niti_softmax_xent(logits, e, labels, acc: str):
     loss = te.compute((), lambda: (summed() / tirx.const(batch, acc)).astype("float32"),
                       name="xent_loss")
     return [err, loss]
+
+
+def niti_update(param, grad, mu):
+    """NITI's update of one parameter from its int32 gradient: g = PstoShift(G, bitlen(max|G|)
+    - mu); an int8 weight becomes clip(w - clip(g)), an int32 bias b - g (with mu + 8,
+    saturated to int32). `mu` is a float32 tensor of shape (1,): the step's schedule value."""
+    big = max_abs(grad, "update_max")
+    length = bitlen(big, "update_bits")
+    weight = str(param.dtype) == "int8"
+    offset = 0 if weight else BIAS_MU_OFFSET
+    shift = te.compute((), lambda: tirx.max(
+        length() - mu[0].astype(I32) - i32(offset), i32(0)), name="update_shift")
+
+    def rule(*i):
+        g = psto_shift(grad(*i).astype(I64), shift())
+        if weight:
+            return clip8(param(*i).astype(I64) - clip8(g)).astype("int8")
+        new = param(*i).astype(I64) - g
+        return tirx.max(tirx.min(new, i64(2**31 - 1)), i64(-2**31 + 1)).astype(I32)
+
+    return te.compute(param.shape, rule, name="niti_update")
 
 
 NITI_KERNELS = {f.__name__: f for f in (

@@ -123,11 +123,15 @@ def _legalize(te_func, acc):
 def _legalize_collapse(acc, target_arg):
     def legalize(bb, call):
         x = call.args[0]
-        if str(x.ty.dtype) != "float32":
+        dtype = str(x.ty.dtype)
+        if dtype != "float32" and not dtype.startswith("int"):
             return None
         target = call.args[1]
         shape = target.ty.shape if target_arg == "like" else target.values
-        return bb.call_te(te_collapse_sum, x, [int(d) for d in shape], acc,
+        # an integer sum (NITI's bias gradient) is exact in its own type; TVM 0.27 crashes
+        # when a custom legalization declines a collapse_sum
+        wide = acc if dtype == "float32" else dtype
+        return bb.call_te(te_collapse_sum, x, [int(d) for d in shape], wide,
                           primfunc_name_hint="collapse_sum")
     return legalize
 

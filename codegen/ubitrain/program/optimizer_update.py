@@ -26,12 +26,16 @@ def optimizer_calls(tm, optimizer, library, state, parts, opt_state, grads):
     updates = []
     for name, grad in zip(tm.trainable, grads):
         param, states = parts.get(name) or state[name], opt_state[name]
-        func = update_prim_func(optimizer, param.shape, len(states), coef)
+        func = update_prim_func(optimizer, param.shape, len(states), coef, param.dtype,
+                                grad.dtype)
         # In place: the new parameter and state overwrite the old, element by element.
         kernel = library.add(func, f"{type(optimizer).__name__.lower()}_update",
                              update_aliases(len(states)))
         args = [param, grad] + states + [coef, param] + states
-        updates.append(Call(kernel.name, args, sorted(kernel.written), attrs={"param": name}))
+        scratch = Slot(f"scratch_update_{len(updates)}", (kernel.scratch_bytes,), "uint8",
+                       "scratch") if kernel.scratch_bytes else None  # NITI's reductions
+        updates.append(Call(kernel.name, args, sorted(kernel.written), attrs={"param": name},
+                            scratch=scratch))
     return coef_call, updates
 
 
@@ -57,9 +61,10 @@ def update_aliases(n_states: int) -> dict[int, int]:
     return {0: 3 + n_states} | {2 + j: 4 + n_states + j for j in range(n_states)}
 
 
-def update_prim_func(optimizer, shape, n_states: int, coef):
-    p = te.placeholder(shape, "float32", "param")
-    g = te.placeholder(shape, "float32", "grad")
+def update_prim_func(optimizer, shape, n_states: int, coef, dtype: str = "float32",
+                     grad_dtype: str = "float32"):
+    p = te.placeholder(shape, dtype, "param")
+    g = te.placeholder(shape, grad_dtype, "grad")
     st = [te.placeholder(shape, "float32", f"state{i}") for i in range(n_states)]
     c = te.placeholder(coef.shape, "float32", "coef")
     out = optimizer.update(p, g, st, c)

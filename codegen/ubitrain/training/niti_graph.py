@@ -19,7 +19,7 @@ gradient per trained parameter. Every op it does not know is refused by name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import tvm
@@ -27,6 +27,7 @@ from tvm import relax
 from tvm.relax import op as R
 
 from ..errors import UnsupportedOpError
+from ..niti.rescale import EXACT
 from ..ops import niti
 from ..ops.fused_ops import fused_op_of
 
@@ -57,15 +58,6 @@ class Mask:
     mask: relax.Expr  # bool
 
 
-@dataclass
-class NitiGraph:
-    """The rewritten function and how its parameters and outputs map to the float ones."""
-    mod: tvm.IRModule
-    parameters: dict[str, Parameter]  # by the float parameter's name
-    sites: list[str] = field(default_factory=list)  # the rescale sites, in parameter order
-    gradients: list[str] = field(default_factory=list)  # parameter names, in output order
-
-
 def _shape(expr) -> tuple[int, ...]:
     return tuple(int(d) for d in expr.ty.shape)
 
@@ -75,10 +67,8 @@ def _dtype(expr) -> str:
 
 
 class _Rewriter:
-    def __init__(self, func: relax.Function, trainable: list[str], mode: int,
-                 max_interval: int):
-        self.func, self.trainable = func, trainable
-        self.mode, self.max_interval = mode, max_interval
+    def __init__(self, func: relax.Function, mode: int, max_interval: int):
+        self.func, self.mode, self.max_interval = func, mode, max_interval
         self.bb = relax.BlockBuilder()
         self.env: dict = {}  # float var -> its integer form
         self.narrowed: dict[int, Quantized] = {}  # id(Accumulator) -> its int8 form
@@ -102,6 +92,10 @@ class _Rewriter:
                                  "which has no int8 form")
 
     def rescale(self, acc: Accumulator, where: str) -> Quantized:
+        if self.mode == EXACT:  # predict: no site
+            out = self.emit(niti.rescale_exact(acc.total, acc.exponents), "narrowed")
+            return Quantized(self.emit(relax.TupleGetItem(out, 0)),
+                             self.emit(relax.TupleGetItem(out, 1)))
         site = relax.Var(f"site{len(self.sites)}", niti.SITE_TYPE)
         self.sites.append((where, site))
         out = self.emit(niti.rescale(acc.total, acc.exponents, site, self.mode,
@@ -109,14 +103,6 @@ class _Rewriter:
         self.new_sites.append(self.emit(relax.TupleGetItem(out, 2)))
         return Quantized(self.emit(relax.TupleGetItem(out, 0)),
                          self.emit(relax.TupleGetItem(out, 1)))
-
-    def exponent_of(self, value) -> list:
-        if isinstance(value, Quantized):
-            return [value.e]
-        if isinstance(value, Parameter):
-            return [value.e]
-        raise UnsupportedOpError(f"precision='int8': a {type(value).__name__} as an operand "
-                                 "of a product")
 
     def operand(self, value, where: str) -> tuple[relax.Expr, list]:
         """An int8 operand of a product and its exponent tensors."""
@@ -134,7 +120,13 @@ class _Rewriter:
         fields = body.fields if isinstance(body, relax.Tuple) else None
         if fields is None:
             raise UnsupportedOpError("precision='int8': the step's outputs are not a tuple")
-        loss = self.env[fields[0]]
+        first = fields[0]
+        if isinstance(first, relax.Tuple):
+            if len(first.fields) > 1:
+                raise UnsupportedOpError("precision='int8': a model with buffers that training "
+                                         "updates (BatchNorm's running statistics)")
+            first = first.fields[0]
+        loss = self.env[first]
         grads = []
         for adjoint in fields[1].fields:
             value = self.env[adjoint]
@@ -305,25 +297,20 @@ RULES = {
 }
 
 
-def niti_graph(mod: tvm.IRModule, parameter_names: list[str], mode: int,
-               max_interval: int) -> NitiGraph:
-    """`main` of a training module as NITI's integer step (see the module's docstring).
-    `parameter_names`: the parameters of `main` that are the model's (the others are its
-    inputs and the labels). A vector parameter is a bias (int32), any other a weight (int8)."""
-    func = mod["main"]
-    rw = _Rewriter(func, parameter_names, mode, max_interval)
-    parameters = {}
-    for p in func.params:
-        if p.name in parameter_names:
-            shape = _shape(p)
-            dtype = INT32 if len(shape) == 1 else INT8
-            parameters[p.name] = Parameter(
-                p.name, relax.Var(p.name, relax.TensorType(shape, dtype)),
-                relax.Var(p.name + "_exponent", niti.EXPONENT_TYPE))
-    inputs = [relax.Var(p.name, p.ty) for p in func.params
-              if p.name not in parameters]
+def rewrite_step(func: relax.Function, name: str, parameters: dict[str, Parameter], mode: int,
+                 max_interval: int = 1, sites: int | None = None):
+    """`func` (the training function, or with mode EXACT the predict function) on integers,
+    as the function `name`.
+
+    `parameters`: by the name of the float function's parameter, its integer form. The new
+    function takes the other parameters (inputs, labels) as they were, then each parameter's
+    values and exponent, then the rescale sites (`sites` of them for predict, which reads
+    none); the training function returns ((loss, new sites...), (int32 gradients...)),
+    predict the logits as float32. Returns (function, the sites' names, in order)."""
+    rw = _Rewriter(func, mode, max_interval)
     bb = rw.bb
-    with bb.function("main"):
+    inputs = [relax.Var(p.name, p.ty) for p in func.params if p.name not in parameters]
+    with bb.function(name):
         with bb.dataflow():
             given = iter(inputs)
             for p in func.params:
@@ -340,10 +327,15 @@ def niti_graph(mod: tvm.IRModule, parameter_names: list[str], mode: int,
             for block in func.body.blocks:
                 for binding in block.bindings:
                     rw.env[binding.var] = rw.visit(binding)
-            loss, grads = rw.outputs()
-            out = bb.emit_output(relax.Tuple([loss, relax.Tuple(grads),
-                                              relax.Tuple(rw.new_sites)]))
+            if mode == EXACT:
+                logits = rw.quantized(rw.env[func.body.body], "the output")
+                result = bb.emit_output(niti.dequantize(logits.q, logits.e))
+            else:
+                loss, grads = rw.outputs()
+                result = bb.emit_output(relax.Tuple([relax.Tuple([loss, *rw.new_sites]),
+                                                     relax.Tuple(grads)]))
+        site_vars = [s for _, s in rw.sites] if sites is None else [
+            relax.Var(f"site{i}", niti.SITE_TYPE) for i in range(sites)]
         params = inputs + [v for p in parameters.values() for v in (p.var, p.e)]
-        bb.emit_func_output(out, params=params + [s for _, s in rw.sites])
-    gradients = [p.name for p in func.params if p.name in parameters]
-    return NitiGraph(bb.get(), parameters, [w for w, _ in rw.sites], gradients)
+        bb.emit_func_output(result, params=params + site_vars)
+    return bb.get()[name], [w for w, _ in rw.sites]

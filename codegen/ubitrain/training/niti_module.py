@@ -1,0 +1,124 @@
+"""The float training module made NITI's integer one (precision="int8"): its functions
+rewritten by niti_graph.py, its state made integer.
+
+State, in this order: each parameter (an int8 weight quantized from the float one; an int32
+bias at its layer's accumulator exponent - BIAS_FRACTION_BITS) followed by its exponent
+(int32 (1,), fixed: NITI keeps a weight's scale), then the rescale sites (int32[6] each, the
+buffers the step returns updated). The accumulator exponent of a layer is its weight's plus
+its input's, the input's taken from the float model on the example batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+import tvm
+from tvm import relax
+
+from ..errors import UnsupportedOpError
+from ..frontend.forward import StateTensor
+from ..niti.quantize import quantize, quantize_weight
+from ..niti.rescale import EXACT, SITE_FIELDS
+from ..niti.update import BIAS_FRACTION_BITS
+from .graph import TrainingModule
+from .niti_graph import Parameter, rewrite_step
+
+INT32_LIMIT = 2**31 - 1
+
+
+def _input_exponents(model: torch.nn.Module, example_input: torch.Tensor) -> dict[str, int]:
+    """The int8 exponent of each module's input on the example batch, by module name."""
+    exponents, hooks = {}, []
+    for name, module in model.named_modules():
+        def record(mod, args, name=name):
+            if args and isinstance(args[0], torch.Tensor):
+                exponents[name] = quantize(args[0].detach().float().numpy())[1]
+        hooks.append(module.register_forward_pre_hook(record))
+    try:
+        with torch.no_grad():
+            model(example_input)
+    finally:
+        for h in hooks:
+            h.remove()
+    return exponents
+
+
+def integer_state(model, example_input, tm: TrainingModule) -> dict[str, tuple[np.ndarray, int]]:
+    """{parameter name: (int8 weight or int32 bias, exponent)}."""
+    floats = {s.name: s.value for s in tm.graph.state if s.is_parameter}
+    ints = {n: quantize_weight(n, v) for n, v in floats.items() if v.ndim > 1}
+    inputs = None
+    for name, value in floats.items():
+        if value.ndim > 1:
+            continue
+        owner, _, leaf = name.rpartition(".")
+        weight = f"{owner}.weight" if owner else "weight"
+        if leaf != "bias" or weight not in ints:
+            raise UnsupportedOpError(f"precision='int8': parameter {name} is a vector that "
+                                     "is no layer's bias; NITI has no integer form for it")
+        if inputs is None:
+            inputs = _input_exponents(model, example_input)
+        e = ints[weight][1] + inputs[owner] - BIAS_FRACTION_BITS
+        b = np.rint(value.astype(np.float64) * 2.0 ** -e)
+        if np.abs(b).max(initial=0) > INT32_LIMIT:
+            raise UnsupportedOpError(f"precision='int8': bias {name} is too large for int32 "
+                                     f"at its layer's scale 2^{e}")
+        ints[name] = (b.astype(np.int32), e)
+    return ints
+
+
+def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
+                         max_interval: int) -> TrainingModule:
+    """`tm` with integer functions and state (see the module's docstring)."""
+    refused = [what for what, bad in (
+        ("buffers (BatchNorm's running statistics)", any(not s.is_parameter
+                                                          for s in tm.graph.state)),
+        ("sparse channel updates", bool(tm.channel_splits)),
+        ("micro-batches", tm.micro_batches > 1),
+        ("random masks (Dropout)", bool(tm.graph.random_masks))) if bad]
+    if refused:
+        raise UnsupportedOpError(f"precision='int8' from the float graph does not take "
+                                 f"{', '.join(refused)} yet")
+    ints = integer_state(model, example_input, tm)
+
+    def parameters(graph) -> dict[str, Parameter]:
+        out = {}
+        for s in graph.state:
+            values, _ = ints[s.name]
+            var = graph.state_vars[s.name]
+            out[var.name] = Parameter(s.name, _var(var.name, values), _var(
+                var.name + "_exponent", np.zeros(1, np.int32)))
+        return out
+
+    main, sites = rewrite_step(tm.mod["main"], "main", parameters(tm.graph), mode, max_interval)
+    predict, _ = rewrite_step(tm.mod["predict"], "predict",
+                              parameters(tm.predict_graph), EXACT,
+                              sites=len(sites))
+    state = []
+    for s in tm.graph.state:
+        values, e = ints[s.name]
+        state.append(dataclasses.replace(s, value=values))
+        state.append(StateTensor(f"{s.name}.exponent", np.array([e], np.int32), False, False))
+    site_names = [f"niti.site{i}" for i in range(len(sites))]
+    state += [StateTensor(n, np.zeros(SITE_FIELDS, np.int32), False, False)
+              for n in site_names]
+    mod = tvm.IRModule({"main": main, "predict": predict})
+    return dataclasses.replace(
+        tm, mod=mod, graph=_with_state(tm.graph, state, main),
+        predict_graph=_with_state(tm.predict_graph, state, predict),
+        buffer_updates=site_names)
+
+
+def _var(name, values):
+    return relax.Var(name, relax.TensorType(values.shape, str(values.dtype)))
+
+
+def _with_state(graph, state, func):
+    """`graph` with the integer state; its vars are the new function's state parameters."""
+    params = func.params[len(func.params) - len(state):]
+    return dataclasses.replace(graph, state=state,
+                               state_vars={s.name: v for s, v in zip(state, params)},
+                               state_names=[s.name for s in state if s.is_parameter])
+

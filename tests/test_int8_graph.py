@@ -1,0 +1,56 @@
+"""The int8 step derived from the float graph (pipeline/int8_graph.py), compiled to C and
+trained on the host, against NITI's numpy reference read off the model's ATen graph
+(fidelity/niti_reference.py) with NITI's update rule (niti/update.py): every integer
+parameter after every step, the losses and predict's output, bit for bit."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from test_niti_graph import Residual, chain
+
+import ubitrain as ub
+from ubitrain.api import compile_with
+from ubitrain.fidelity.niti_reference import NitiGraphReference
+from ubitrain.niti.update import niti_update
+from ubitrain.pipeline.int8_graph import INT8_GRAPH
+
+STEPS = 3
+
+
+def _batches():
+    gen = torch.Generator().manual_seed(1)
+    return [(torch.randn(4, 1, 8, 8, generator=gen), torch.randint(0, 10, (4,), generator=gen))
+            for _ in range(STEPS)]
+
+
+@pytest.mark.parametrize("make", [lambda: chain(False), lambda: chain(True), Residual],
+                         ids=["chain", "chain_with_biases", "residual_with_biases"])
+def test_the_compiled_int8_step_trains_as_the_numpy_reference(make, tmp_path):
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    model, batches = make(), _batches()
+    config = ub.NITI(mu=(5, 4), milestones=(2,))  # the schedule changes inside the run
+    pkg = compile_with(INT8_GRAPH, model, (batches[0][0],), batches[0][1], "cross_entropy",
+                       config, None, "host", None, tmp_path / "net", False, None, (), (), None)
+    trainer = pkg.build()
+    state = trainer.parameters()
+    names = [n for n, _ in model.named_parameters()]
+    params = {n: (state[n], int(state[f"{n}.exponent"][0])) for n in names}
+    reference = NitiGraphReference(model, batches[0][0])
+    for step, (x, y) in enumerate(batches):
+        loss = trainer.step(x.numpy(), y.numpy())
+        want_loss, grads = reference.step(x.numpy(), y.numpy(), params)
+        params = {n: (niti_update(v, grads[n], config.mu_at(step)).astype(v.dtype), e)
+                  for n, (v, e) in params.items()}
+        got = trainer.parameters()
+        for n in names:
+            np.testing.assert_array_equal(got[n], params[n][0], err_msg=f"step {step}: {n}")
+        assert abs(loss - want_loss) <= 1e-6 * abs(want_loss), (step, loss, want_loss)
+    moved = sum(int((got[n] != state[n]).sum()) for n in names)
+    assert moved > 0, "no parameter changed: the check would pass without training"
+    x = batches[-1][0].numpy()
+    np.testing.assert_array_equal(trainer.predict(x), reference.predict(x, params))
