@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from harness import require_tools
+from harness import require_tools, zoo_case
 from torch import nn
 
 import ubitrain as ub
@@ -224,3 +224,32 @@ def test_a_batch_of_the_users_own(board, tmp_path):
     out = client(project, "--qemu", "--elf", str(build / f"ub_{pkg.model_name}_driver_uart"),
                  "--steps", "2", "--batch", str(raw))
     assert len(printed) == 2 and client_losses(out) == printed
+
+
+def test_a_paged_model_on_the_board(tmp_path):
+    """A plan that pages (the smallest budget of the digits CNN): the firmware and the UART
+    driver page to a static buffer in SRAM, the trainer to the host's files; the same
+    losses bit for bit."""
+    require_tools("cortex-m4")
+    model, batches = zoo_case("digits_cnn", 4, 1)
+    x, y = batches[0]
+    opt = ub.SGD(lr=0.05, momentum=0.9)
+    with pytest.raises(ub.CompileError) as err:
+        ub.compile(model, (x,), y, optimizer=opt, target="cortex-m4", memory_budget=1,
+                   micro_batches=1, out_dir=tmp_path / "no")
+    smallest = int(re.search(r"smallest budget that works is ([\d,]+) bytes",
+                             str(err.value))[1].replace(",", ""))
+    pkg = ub.compile(model, (x,), y, optimizer=opt, target="cortex-m4", memory_budget=smallest,
+                     micro_batches=1, out_dir=tmp_path / "net")
+    assert pkg.pages > 0
+    with pkg.build(seed=0) as trainer:
+        losses = [float(trainer.step(x, y)) for _ in range(3)]
+    subprocess.run(["cmake", "-S", ".", "-B", "build", "-DCMAKE_TOOLCHAIN_FILE=toolchains/"
+                    "cortex-m4/toolchain.cmake", "-DUB_BUILD_BOARD=ON", "-DUB_WERROR=ON",
+                    "-DUB_BOARD_STEPS=3"], cwd=pkg.out_dir, check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", "build", "-j2"], cwd=pkg.out_dir, check=True,
+                   capture_output=True)
+    printed = run_firmware(pkg.out_dir / "build" / f"ub_{pkg.model_name}_board", "mps2-an386")
+    assert [b for _, _, b in printed] == [bits(v) for v in losses]
+    out = client(pkg.out_dir, "--qemu", "--steps", "3")
+    assert client_losses(out) == printed
