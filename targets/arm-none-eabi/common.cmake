@@ -13,3 +13,6 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(UB_TARGET_SOURCES ${CMAKE_CURRENT_LIST_DIR}/startup_cortex_m.c)
 set(UB_TARGET_LIBS m)
 set(UB_DRIVER_IO semihosting)
+# The programs that run without a debugger (-DUB_BUILD_BOARD=ON: the example firmware and
+# the driver over the UART) link this instead: start code and UART0 of the MPS2 board.
+set(UB_BOARD_SOURCES ${CMAKE_CURRENT_LIST_DIR}/board_mps2.c)

@@ -66,6 +66,7 @@ from ..training.batch_coupling import (
     warn_batch_coupled,
 )
 from ..training.graph import build_training_module
+from .request import example_batch
 from .steps import Pipeline, Rewrite, Step
 
 TRACE, LOWER, PLAN, WRITE = ("trace and differentiate", "lower kernels", "plan memory",
@@ -260,7 +261,8 @@ def project(unit):
                    library.sources(called), unit.state, unit.opt_state, unit.tm.trainable,
                    unit.inputs, unit.labels, unit.output, _classes(unit), unit.frozen,
                    library.unread_arguments(), list(library.support.values()),
-                   target=r.target, trace_calls=unit.trace_calls)
+                   target=r.target, trace_calls=unit.trace_calls,
+                   example_batch=example_batch(r))
 
 
 def package(unit):

@@ -36,6 +36,7 @@ from ..program.ir import Program
 from ..project.emit import render_project
 from ..project.manifest import write_manifest
 from ..targets import check_board_fit, get_target
+from .request import example_batch
 from .steps import Pipeline, Rewrite, Step
 
 TRACE, LOWER, PLAN, WRITE = ("trace and differentiate", "lower kernels", "plan memory",
@@ -174,7 +175,7 @@ def project(unit):
     render_project(r.out_dir, r.name, train, unit.predict, unit.plan, n.kernels,
                    unit.state, unit.opt_state, list(n.layers.weights), unit.inputs,
                    unit.labels, unit.output, n.layers.classes, target=r.target,
-                   trace_calls=unit.trace_calls)
+                   trace_calls=unit.trace_calls, example_batch=example_batch(r))
 
 
 def package(unit):

@@ -100,3 +100,10 @@ def model_name(model, out_dir: Path, name: str | None = None) -> str:
              "chooses another)")
         base = chosen
     return base
+
+
+def example_batch(request: Request) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """The batch the model is compiled with, as numpy arrays (a board project's example
+    firmware trains on it)."""
+    return (tuple(x.detach().cpu().numpy() for x in request.example_inputs),
+            request.labels.detach().cpu().numpy())

@@ -30,6 +30,10 @@ WEIGHTS_FILE = "weights.bin"
 BLOB_MIN_BYTES = 64
 RUNTIME_C = Path(__file__).parent.parent / "runtime_c"  # a link to the top-level runtime_c/
 TARGET_FILES = Path(__file__).parent.parent / "target_files"  # a link to the top-level targets/
+# A board target's project also holds an example firmware and a host script (docs/board.md).
+BOARD_FILES = (("board_main.c.j2", "board_main.c"), ("board_batch.h.j2", "board_batch.h"),
+               ("host_client.py.j2", "host_client.py"))
+BOARD_BATCH_BIN = "board_batch.bin"
 DTYPE_CODES = {"float32": "UB_F32", "int64": "UB_I64", "int32": "UB_I32", "int8": "UB_I8"}
 KIND_CODES = {"parameter": "UB_PARAMETER", "buffer": "UB_BUFFER",
               "optimizer_state": "UB_OPTIMIZER_STATE"}
@@ -143,7 +147,8 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
                    trainable: list[str], inputs: list[Slot], labels: Slot, output: Slot,
                    classes: int | None, frozen: dict[str, str] | None = None,
                    unread: dict | None = None, shared: list[str] | None = None,
-                   target: Target | None = None, trace_calls: bool = False) -> None:
+                   target: Target | None = None, trace_calls: bool = False,
+                   example_batch: tuple | None = None) -> None:
     """`frozen`: {state name: kind} of the state kept in flash as constants
     (program/frozen_state.py); the tensor table lists them, read-only. `unread`: {kernel:
     argument indices it reads through another argument's pointer}, passed as NULL.
@@ -152,7 +157,9 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
     the project's toolchains/, so that the project builds wherever it is copied.
     `trace_calls`: after every call of a step, the C calls the function pointer
     ub_<model>_trace, when set, with the program, the call's index and the arena (a
-    debugging aid: fidelity/trace.py compares each kernel's output with its PrimFunc)."""
+    debugging aid: fidelity/trace.py compares each kernel's output with its PrimFunc).
+    `example_batch`: (inputs, labels) as numpy arrays, the batch the model was compiled
+    with; on a board target it becomes the example firmware's data (BOARD_FILES)."""
     frozen = frozen or {}
     blob = _Blob()
     constants, const_names = [], {}
@@ -219,6 +226,7 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
         trace=trace_calls,
         target=target.name if target is not None else "host",
         toolchain=target.toolchain_dir if target is not None else None,
+        board=target.board.name if target is not None and target.board is not None else None,
     )
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True,
@@ -238,6 +246,8 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
             template = env.get_template("model_kernels.c.j2")
             for name, part in zip(context["kernel_files"], split.files):
                 (out_dir / name).write_text(template.render(shared=shared, kernels=part))
+        if context["board"] is not None:
+            _render_board_files(env, out_dir, context, example_batch)
         shutil.copytree(RUNTIME_C, out_dir / "runtime_c", dirs_exist_ok=True)
         for folder in target.toolchain_dirs if target is not None else ():
             shutil.copytree(TARGET_FILES / folder, out_dir / "toolchains" / folder,
@@ -245,6 +255,24 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
     except OSError as err:
         raise CompileError(f"cannot write the C project to out_dir={str(out_dir)!r}: "
                            f"{err.strerror}; pass an out_dir you can write to") from None
+
+
+def _render_board_files(env, out_dir: Path, context: dict, example_batch) -> None:
+    """BOARD_FILES of a board target's project: the example firmware, its batch (a C header
+    and the same bytes raw) and the host script that drives driver.c over a serial line."""
+    if example_batch is None:
+        raise CompileError("a board target's project needs the example batch (example_batch)")
+    xs, y = example_batch
+    arrays = []
+    for io, value in zip(context["inputs"] + [context["labels"]], list(xs) + [y]):
+        value = np.ascontiguousarray(np.asarray(value, dtype=io.dtype)).reshape(io.shape)
+        arrays.append((io, value))
+    batch = [dict(name=io.name, dtype=io.dtype, shape=io.shape, ctype=io.ctype,
+                  data=c_array(value)) for io, value in arrays]
+    (out_dir / BOARD_BATCH_BIN).write_bytes(b"".join(v.tobytes() for _, v in arrays))
+    board_context = dict(context, batch_inputs=batch[:-1], batch_labels=batch[-1])
+    for template, written in BOARD_FILES:
+        (out_dir / written).write_text(env.get_template(template).render(**board_context))
 
 
 class _Blob:
