@@ -147,7 +147,7 @@ class _Rewriter:
                                      f"{type(value).__name__}")
         fused = fused_op_of(value)
         if fused is not None:
-            return self.fused(binding.var, value, fused[0])
+            return self.fused(value, fused[0])
         op = value.op.name
         rule = RULES.get(op)
         if rule is None:
@@ -155,7 +155,7 @@ class _Rewriter:
                                      f"({binding.var.name})")
         return rule(self, value, binding.var.name)
 
-    def fused(self, var, call, op):
+    def fused(self, call, op):
         args = [self.env[a] for a in call.args[1].fields]
         if op == "softmax_cross_entropy":
             logits, labels = self.quantized(args[0], "the logits"), args[1]
@@ -165,7 +165,6 @@ class _Rewriter:
         if op == "softmax_cross_entropy_backward":
             return self.error
         raise UnsupportedOpError(f"precision='int8': no integer (NITI) form for {op}")
-
 
 
 # ---- op rules: (rewriter, float call, name) -> integer form ------------------------------------
