@@ -9,11 +9,11 @@ from niti_harness import niti_net
 from torch import nn
 
 import ubitrain as ub
-from ubitrain.int8 import int_conv
 from ubitrain.int8.lower import lower_module
-from ubitrain.int8.reference import NitiReference, max_pool_backward
+from ubitrain.int8.reference import NitiReference
 from ubitrain.int8.update import NITI
-from ubitrain.niti import loss, quantize, rounding
+from ubitrain.niti import int_conv, loss, quantize, rounding
+from ubitrain.niti.pooling import max_pool_backward
 from ubitrain.niti.rescale import INTERVAL, REDUCTIONS, SHIFT, SITE_FIELDS, SKIPS
 
 RNG = np.random.default_rng(0)

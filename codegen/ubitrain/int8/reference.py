@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..niti.int_conv import conv2d, conv2d_input_grad, conv2d_weight_grad
 from ..niti.loss import cross_entropy, softmax_xent_grad
+from ..niti.pooling import max_pool, max_pool_backward
 from ..niti.quantize import dequantize, quantize
 from ..niti.rescale import ADAPTIVE, EXACT, EXACT_COUNTED, EXPONENT, SITE_FIELDS, site_shift
 from ..niti.rounding import as_i64, clip8, psto_shift, round_shift
 from .fallback import table_index
-from .int_conv import conv2d, conv2d_input_grad, conv2d_weight_grad
 from .layers import (
     INPUT_EXPONENT_INDEX,
     STEP_INDEX,
@@ -35,30 +36,6 @@ from .layers import (
     site_offset,
 )
 from .update import NITI
-
-
-def max_pool(x, kernel) -> np.ndarray:
-    b, c, h, w = x.shape
-    kh, kw = kernel
-    oh, ow = h // kh, w // kw
-    win = as_i64(x)[:, :, :oh * kh, :ow * kw].reshape(b, c, oh, kh, ow, kw)
-    return win.max(axis=(3, 5))
-
-
-def max_pool_backward(x, err, kernel) -> np.ndarray:
-    """The error of each window to its first maximum in row-major order."""
-    b, c, h, w = x.shape
-    kh, kw = kernel
-    oh, ow = err.shape[2:]
-    win = as_i64(x)[:, :, :oh * kh, :ow * kw].reshape(b, c, oh, kh, ow, kw)
-    flat = win.transpose(0, 1, 2, 4, 3, 5).reshape(b, c, oh, ow, kh * kw)
-    first = flat.argmax(axis=-1)  # numpy's argmax takes the first of equal maxima
-    out = np.zeros((b, c, oh, ow, kh * kw), np.int64)
-    np.put_along_axis(out, first[..., None], as_i64(err)[..., None], axis=-1)
-    out = out.reshape(b, c, oh, ow, kh, kw).transpose(0, 1, 2, 4, 3, 5)
-    full = np.zeros((b, c, h, w), np.int64)
-    full[:, :, :oh * kh, :ow * kw] = out.reshape(b, c, oh * kh, ow * kw)
-    return full
 
 
 class NitiReference:

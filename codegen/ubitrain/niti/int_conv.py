@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..niti.rounding import as_i64
+from .rounding import as_i64
 
 
 def _window(a: np.ndarray, i: int, j: int, stride, out_hw) -> tuple:
