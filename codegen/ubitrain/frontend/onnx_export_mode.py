@@ -37,7 +37,8 @@ def inference_signs(graph) -> list[str]:
                   and node.input[i].startswith("onnx::")]
         if folded:
             signs.append(f"{node.op_type} node {_label(node)!r} reads {folded[0]!r}, a "
-                         "constant the exporter folded (a BatchNorm merged into it)")
+                         "constant the exporter folded (a weight transposed, or a BatchNorm merged "
+                         "into it)")
     return signs
 
 
