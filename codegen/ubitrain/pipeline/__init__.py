@@ -2,6 +2,8 @@
 
     fp32.py         the float32 pipeline, its steps listed in order at the top
     int8.py         the int8 (NITI) pipeline
+    int8_graph.py   its successor, derived from the float pipeline (not yet behind a
+                    precision; docs/int8.md)
     steps.py        Step, Rewrite (a step that can be switched off, with its precondition
                     and its bit-exactness claim) and Pipeline
     unit.py         the request and the unit of compilation the steps transform
