@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from test_niti_graph import Residual, chain
+from test_niti_graph import MODEL_IDS, MODELS
 
 import ubitrain as ub
 from ubitrain.api import compile_with
@@ -27,8 +27,7 @@ def _batches():
             for _ in range(STEPS)]
 
 
-@pytest.mark.parametrize("make", [lambda: chain(False), lambda: chain(True), Residual],
-                         ids=["chain", "chain_with_biases", "residual_with_biases"])
+@pytest.mark.parametrize("make", MODELS, ids=MODEL_IDS)
 def test_the_compiled_int8_step_trains_as_the_numpy_reference(make, tmp_path):
     warnings.simplefilter("ignore")
     torch.manual_seed(0)

@@ -12,7 +12,7 @@ import ubitrain as ub
 from ubitrain.int8.lower import lower_module
 from ubitrain.int8.reference import NitiReference
 from ubitrain.int8.update import NITI
-from ubitrain.niti import int_conv, loss, quantize, rounding
+from ubitrain.niti import int_conv, loss, pooling, quantize, rounding
 from ubitrain.niti.pooling import max_pool_backward
 from ubitrain.niti.rescale import INTERVAL, REDUCTIONS, SHIFT, SITE_FIELDS, SKIPS
 
@@ -73,24 +73,27 @@ def test_quantize_uses_the_float_bits_exactly():
     assert np.array_equal(quantize.dequantize(q, e), np.float32(q) * np.float32(2.0 ** e))
 
 
-def _torch_conv(x, w, stride, padding):
+def _torch_conv(x, w, stride, padding, groups):
     xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
     wt = torch.tensor(w, dtype=torch.float64, requires_grad=True)
-    return xt, wt, torch.nn.functional.conv2d(xt, wt, stride=stride, padding=padding)
+    return xt, wt, torch.nn.functional.conv2d(xt, wt, stride=stride, padding=padding,
+                                              groups=groups)
 
 
-@pytest.mark.parametrize("stride,padding", [((1, 1), (1, 1)), ((2, 1), (0, 2))])
-def test_int32_convolutions_equal_float64_convolutions_of_the_ints(stride, padding):
+@pytest.mark.parametrize("stride,padding,groups,out", [
+    ((1, 1), (1, 1), 1, 5), ((2, 1), (0, 2), 1, 5), ((1, 1), (1, 1), 2, 6),
+    ((2, 2), (1, 1), 4, 4)], ids=["plain", "strided", "grouped", "depthwise"])
+def test_int32_convolutions_equal_float64_convolutions_of_the_ints(stride, padding, groups, out):
     x = RNG.integers(-127, 128, (3, 4, 7, 6))
-    w = RNG.integers(-127, 128, (5, 4, 3, 3))
-    xt, wt, yt = _torch_conv(x, w, stride, padding)
-    y = int_conv.conv2d(x, w, stride, padding)
+    w = RNG.integers(-127, 128, (out, 4 // groups, 3, 3))
+    xt, wt, yt = _torch_conv(x, w, stride, padding, groups)
+    y = int_conv.conv2d(x, w, stride, padding, groups)
     assert np.array_equal(y, yt.detach().numpy().astype(np.int64))
     err = RNG.integers(-127, 128, y.shape)
     (yt * torch.tensor(err, dtype=torch.float64)).sum().backward()
-    assert np.array_equal(int_conv.conv2d_weight_grad(x, err, (3, 3), stride, padding),
+    assert np.array_equal(int_conv.conv2d_weight_grad(x, err, (3, 3), stride, padding, groups),
                           wt.grad.numpy().astype(np.int64))
-    assert np.array_equal(int_conv.conv2d_input_grad(err, w, x.shape, stride, padding),
+    assert np.array_equal(int_conv.conv2d_input_grad(err, w, x.shape, stride, padding, groups),
                           xt.grad.numpy().astype(np.int64))
 
 
@@ -101,6 +104,24 @@ def test_max_pool_backward_matches_autograd_without_ties():
     pooled = torch.nn.functional.max_pool2d(xt, 2)
     (pooled * torch.tensor(err, dtype=torch.float64)).sum().backward()
     assert np.array_equal(max_pool_backward(x, err, (2, 2)), xt.grad.numpy().astype(np.int64))
+
+
+@pytest.mark.parametrize("kernel", [(2, 2), (2, 3), (7, 5)], ids=["2x2", "2x3_crops", "global"])
+def test_average_pooling_is_torchs_up_to_the_reciprocals_rounding(kernel):
+    """avg_pool's sum times round(2^16/n) at exponent -16 is torch's average, off by at most
+    the reciprocal's rounding (n/2 of 2^16 relative, plus one unit); the backward spreads
+    the same share to each window's elements, as autograd does."""
+    x = RNG.integers(-127, 128, (2, 3, 7, 5))
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    yt = torch.nn.functional.avg_pool2d(xt, kernel)
+    y = pooling.avg_pool(x, kernel) / 2.0 ** pooling.AVERAGE_BITS
+    n = kernel[0] * kernel[1]
+    assert np.abs(y - yt.detach().numpy()).max() <= 127 * n / 2 ** 17 + 1e-12
+    err = RNG.integers(-127, 128, yt.shape)
+    (yt * torch.tensor(err, dtype=torch.float64)).sum().backward()
+    got = pooling.avg_pool_backward(err, kernel, x.shape) / 2.0 ** pooling.AVERAGE_BITS
+    assert np.abs(got - xt.grad.numpy()).max() <= 127 / 2 ** 17 + 1e-12
+    assert np.array_equal(got == 0, xt.grad.numpy() == 0)
 
 
 def test_integer_softmax_gradient_follows_the_float_one():

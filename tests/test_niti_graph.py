@@ -34,6 +34,24 @@ class Residual(nn.Module):
         return self.head(torch.flatten(nn.functional.max_pool2d(h, 2), 1))
 
 
+class DepthwiseAveraging(nn.Module):
+    """A depthwise conv in a residual block, a grouped conv, average pooling over windows
+    that leave a column out, and a global average: the MobileNet-style ops."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(1, 8, 3, padding=1)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.grouped = nn.Conv2d(8, 8, 1, groups=2, bias=False)
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        h = torch.relu(self.dw(h)) + h
+        h = nn.functional.avg_pool2d(torch.relu(self.grouped(h)), (2, 3))
+        return self.head(nn.functional.adaptive_avg_pool2d(h, 1).flatten(1))
+
+
 def chain(bias: bool):
     return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=bias), nn.ReLU(), nn.MaxPool2d(2),
                          nn.Flatten(), nn.Linear(64, 10, bias=bias))
@@ -52,8 +70,11 @@ def run_graph(model, x, y):
     return params, float(loss.numpy()), {n: g.numpy() for n, g in zip(tm.trainable, grads)}
 
 
-@pytest.mark.parametrize("make", [lambda: chain(False), lambda: chain(True), Residual],
-                         ids=["chain", "chain_with_biases", "residual_with_biases"])
+MODELS = [lambda: chain(False), lambda: chain(True), Residual, DepthwiseAveraging]
+MODEL_IDS = ["chain", "chain_with_biases", "residual_with_biases", "depthwise_averaging"]
+
+
+@pytest.mark.parametrize("make", MODELS, ids=MODEL_IDS)
 def test_the_integer_step_equals_the_numpy_reference(make):
     warnings.simplefilter("ignore")
     torch.manual_seed(0)

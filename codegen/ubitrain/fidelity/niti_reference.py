@@ -11,6 +11,9 @@ hand-written rules below, in reverse order. The spec it implements (docs/algorit
   sum narrowed to int8 at a rescale site (the shift of the maximum's bit length - 7);
 - add of two int8 tensors: the aligned sum (niti/align.py), narrowed by its reader;
 - relu and max pooling (windows that tile) on int8; flatten / view as a reshape;
+- average pooling (windows that tile; adaptive to sizes that divide the map; a mean over
+  height and width): the window's sum times a fixed-point reciprocal (niti/pooling.py),
+  narrowed by its reader; its backward spreads the error times the same reciprocal;
 - loss: the integer softmax cross-entropy gradient, error exponent 0;
 - backward: a weight gradient and a bias gradient are int32 sums (returned as they are, for
   the optimizer); an input error is an int32 sum narrowed at its own site; where a tensor
@@ -30,7 +33,8 @@ from ..frontend.torch_export import export_module
 from ..niti.align import align_bias, aligned_sum
 from ..niti.int_conv import conv2d, conv2d_input_grad, conv2d_weight_grad
 from ..niti.loss import cross_entropy, softmax_xent_grad
-from ..niti.pooling import max_pool, max_pool_backward
+from ..niti.pooling import (AVERAGE_BITS, avg_pool, avg_pool_backward, max_pool,
+                            max_pool_backward)
 from ..niti.quantize import dequantize, quantize
 from ..niti.rounding import as_i64, clip8, round_shift, shift_for
 
@@ -40,6 +44,42 @@ aten = torch.ops.aten
 def narrow(total, exponent: int) -> tuple[np.ndarray, int]:
     s = shift_for(total, 7)
     return clip8(round_shift(total, s)), exponent + s
+
+
+AVERAGES = (aten.avg_pool2d.default, aten.adaptive_avg_pool2d.default, aten.mean.dim)
+
+
+def _groups(args) -> int:
+    if len(args) > 5 and _pair(args[5], 1) != (1, 1):
+        raise UnsupportedOpError("the NITI reference has no rule for a dilated convolution")
+    return args[6] if len(args) > 6 else 1
+
+
+def _map_shape(node) -> tuple[int, ...]:
+    """The average's output as [B, C, OH, OW] (a mean without keepdim drops OH, OW)."""
+    b, c, h, w = node.args[0].meta["val"].shape
+    kh, kw = _average_window(node)
+    return (b, c, h // kh, w // kw)
+
+
+def _average_window(node) -> tuple[int, int]:
+    """The window of an average that tiles its input; anything else is refused."""
+    args, op = node.args, node.target
+    h, w = node.args[0].meta["val"].shape[2:]
+    if op == aten.avg_pool2d.default:
+        kernel = _pair(args[1], None)
+        stride = _pair(args[2] if len(args) > 2 and args[2] else None, kernel)
+        padding = _pair(args[3] if len(args) > 3 else 0, 0)
+        if stride == kernel and padding == (0, 0) and not any(args[4:5]) \
+                and (len(args) < 7 or args[6] is None):  # no ceil_mode, no divisor
+            return kernel
+    elif op == aten.adaptive_avg_pool2d.default:
+        oh, ow = _pair(args[1], None)
+        if h % oh == 0 and w % ow == 0:
+            return (h // oh, w // ow)
+    elif sorted(d % 4 for d in args[1]) == [2, 3]:  # mean over height and width
+        return (h, w)
+    raise UnsupportedOpError(f"the NITI reference has no rule for {op} with {list(args[1:])}")
 
 
 class Value:
@@ -128,7 +168,7 @@ class NitiGraphReference:
             else:
                 stride, padding = _pair(args[3] if len(args) > 3 else 1, 1), \
                     _pair(args[4] if len(args) > 4 else 0, 0)
-                total = conv2d(x[0], w.q, stride, padding)
+                total = conv2d(x[0], w.q, stride, padding, _groups(args))
             e = x[1] + w.e
             if isinstance(bias, Value):
                 total = align_bias(total, e, bias.q, bias.e)
@@ -143,6 +183,10 @@ class NitiGraphReference:
         if op == aten.max_pool2d.default:
             q, e = args[0].int8()
             return Value(max_pool(q, _pair(args[1], None)), e)
+        if op in AVERAGES:
+            q, e = args[0].int8()
+            total = avg_pool(q, _average_window(node)).reshape(node.meta["val"].shape)
+            return Value(total=total, e=e - AVERAGE_BITS)
         if op in (aten.flatten.using_ints, aten.view.default, aten.reshape.default):
             q, e = args[0].int8()
             return Value(q.reshape(tuple(node.meta["val"].shape)), e)
@@ -161,9 +205,10 @@ class NitiGraphReference:
             else:
                 stride = _pair(args[3] if len(args) > 3 else 1, 1)
                 padding = _pair(args[4] if len(args) > 4 else 0, 0)
-                out[args[1]] = (conv2d_weight_grad(xq, err, w.q.shape[2:], stride, padding),
-                                ee + xe)
-                total = conv2d_input_grad(err, w.q, xq.shape, stride, padding)
+                groups = _groups(args)
+                out[args[1]] = (conv2d_weight_grad(xq, err, w.q.shape[2:], stride, padding,
+                                                   groups), ee + xe)
+                total = conv2d_input_grad(err, w.q, xq.shape, stride, padding, groups)
             if len(args) > 2 and args[2] is not None:
                 axes = (0,) if err.ndim == 2 else (0, 2, 3)
                 out[args[2]] = (err.sum(axis=axes), ee)
@@ -177,6 +222,11 @@ class NitiGraphReference:
         if op == aten.max_pool2d.default:
             q, _ = values[args[0]].int8()
             return {args[0]: (max_pool_backward(q, err, _pair(args[1], None)), ee)}
+        if op in AVERAGES:
+            shape = values[args[0]].int8()[0].shape
+            spread = avg_pool_backward(err.reshape(_map_shape(node)), _average_window(node),
+                                       shape)
+            return {args[0]: narrow(spread, ee - AVERAGE_BITS)}
         if op in (aten.flatten.using_ints, aten.view.default, aten.reshape.default):
             return {args[0]: (err.reshape(values[args[0]].int8()[0].shape), ee)}
         raise UnsupportedOpError(f"the NITI reference has no backward rule for {op}")

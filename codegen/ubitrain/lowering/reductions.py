@@ -113,9 +113,15 @@ def te_collapse_sum(x, target_shape, acc):
 def _legalize(te_func, acc):
     def legalize(bb, call):
         x = call.args[0]
-        if str(x.ty.dtype) != "float32":
+        dtype = str(x.ty.dtype)
+        if dtype == "float32":
+            wide = acc
+        elif dtype.startswith("int") and te_func is te_sum:
+            wide = dtype  # NITI's sums (pooling) are exact in their own type; TVM 0.27
+            # crashes when a custom legalization declines an integer sum
+        else:
             return None  # TVM's own legalization
-        return bb.call_te(te_func, x, call.attrs.axis, call.attrs.keepdims, acc,
+        return bb.call_te(te_func, x, call.attrs.axis, call.attrs.keepdims, wide,
                           primfunc_name_hint=te_func.__name__[3:])
     return legalize
 

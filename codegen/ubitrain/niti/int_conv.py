@@ -1,7 +1,9 @@
 """The three integer convolutions of a training step, exact in int64 (numpy).
 
-Layouts: x [B, C, H, W], w [O, C, KH, KW], y / error [B, O, OH, OW]. Each sums over the kernel
-offsets (i, j) of strided slices of the zero-padded input, so every product is exact.
+Layouts: x [B, C, H, W], w [O, C/groups, KH, KW], y / error [B, O, OH, OW]. Each sums over
+the kernel offsets (i, j) of strided slices of the zero-padded input, so every product is
+exact. A grouped (or depthwise) convolution is `groups` independent ones over consecutive
+channel blocks of x and of the output.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ def _pad(x, padding):
     return np.pad(as_i64(x), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
 
 
-def conv2d(x, w, stride, padding) -> np.ndarray:
+def _split(a, groups: int, axis: int) -> list[np.ndarray]:
+    return np.split(as_i64(a), groups, axis=axis)
+
+
+def conv2d(x, w, stride, padding, groups: int = 1) -> np.ndarray:
+    if groups > 1:
+        return np.concatenate([conv2d(xg, wg, stride, padding) for xg, wg in zip(
+            _split(x, groups, 1), _split(w, groups, 0))], axis=1)
     xp, w = _pad(x, padding), as_i64(w)
     o, _, kh, kw = w.shape
     oh = (xp.shape[2] - kh) // stride[0] + 1
@@ -35,7 +44,10 @@ def conv2d(x, w, stride, padding) -> np.ndarray:
     return y
 
 
-def conv2d_weight_grad(x, err, kernel, stride, padding) -> np.ndarray:
+def conv2d_weight_grad(x, err, kernel, stride, padding, groups: int = 1) -> np.ndarray:
+    if groups > 1:
+        return np.concatenate([conv2d_weight_grad(xg, eg, kernel, stride, padding) for xg, eg
+                               in zip(_split(x, groups, 1), _split(err, groups, 1))], axis=0)
     xp, err = _pad(x, padding), as_i64(err)
     kh, kw = kernel
     oh, ow = err.shape[2:]
@@ -46,7 +58,13 @@ def conv2d_weight_grad(x, err, kernel, stride, padding) -> np.ndarray:
     return g
 
 
-def conv2d_input_grad(err, w, in_shape, stride, padding) -> np.ndarray:
+def conv2d_input_grad(err, w, in_shape, stride, padding, groups: int = 1) -> np.ndarray:
+    if groups > 1:
+        b, c, h, wd = in_shape
+        return np.concatenate([conv2d_input_grad(eg, wg, (b, c // groups, h, wd), stride,
+                                                 padding)
+                               for eg, wg in zip(_split(err, groups, 1), _split(w, groups, 0))],
+                              axis=1)
     err, w = as_i64(err), as_i64(w)
     b, c, h, wd = in_shape
     ph, pw = padding

@@ -10,7 +10,11 @@ gives every float tensor an integer form:
   where it is a gradient (a weight's or a bias's: the optimizer renormalizes it); any other
   consumer reads it narrowed to int8 at a rescale site of its own (ops/niti.py `rescale`);
 - a weight is an int8 parameter, a bias an int32 one, each with an exponent parameter;
-- a ReLU's mask, max pooling, reshapes and transposes work on the int8 values as they are.
+- a ReLU's mask, max pooling, reshapes, transposes and broadcasts work on the int8 values as
+  they are;
+- an average (pooling over windows that tile, a mean over height and width, and the division
+  of their backward) is an int32 sum times round(2^16 / n) at exponent e - 16
+  (niti/pooling.py), an accumulator like a conv's.
 
 The result is a Relax function with the integer parameters, one int32[6] parameter per
 rescale site (returned updated, for the step to copy back), the float loss and one int32
@@ -27,6 +31,7 @@ from tvm import relax
 from tvm.relax import op as R
 
 from ..errors import UnsupportedOpError
+from ..niti.pooling import AVERAGE_BITS, reciprocal
 from ..niti.rescale import EXACT
 from ..ops import niti
 from ..ops.fused_ops import fused_op_of
@@ -275,6 +280,74 @@ def _collapse_sum_to(rw: _Rewriter, call, name):
     return Accumulator(rw.emit(R.collapse_sum_to(wide, call.args[1])), [err.e])
 
 
+def _average(rw: _Rewriter, q: Quantized, total, n: int) -> Accumulator:
+    """An int32 sum of n int8 terms (or one int8 term for n terms' share) as their average."""
+    scaled = rw.emit(R.multiply(total, relax.const(reciprocal(n), INT32)))
+    return Accumulator(scaled, [q.e, relax.const(np.array([-AVERAGE_BITS], np.int32))])
+
+
+def _tiling_window(call, name) -> tuple[int, int]:
+    a = call.attrs
+    kernel = tuple(int(k) for k in a.pool_size)
+    if tuple(int(s) for s in a.strides) != kernel or any(int(p) for p in a.padding) \
+            or a.ceil_mode or any(int(d) != 1 for d in a.dilation) or a.layout != "NCHW":
+        raise UnsupportedOpError(
+            f"precision='int8': {name}: average pooling over windows that do not tile the "
+            f"map (pool {list(a.pool_size)}, stride {list(a.strides)}, padding "
+            f"{list(a.padding)}); use stride = pool size, no padding")
+    return kernel
+
+
+def _avg_pool2d(rw: _Rewriter, call, name):
+    kh, kw = _tiling_window(call, name)
+    q = rw.quantized(rw.env[call.args[0]], name)
+    b, c, h, w = _shape(q.q)
+    oh, ow = h // kh, w // kw
+    x = rw.emit(R.astype(q.q, INT32))
+    if (oh * kh, ow * kw) != (h, w):  # the rows and columns no window covers
+        x = rw.emit(R.strided_slice(x, [2, 3], [0, 0], [oh * kh, ow * kw]))
+    windows = rw.emit(R.reshape(x, (b, c, oh, kh, ow, kw)))
+    return _average(rw, q, rw.emit(R.sum(windows, [3, 5])), kh * kw)
+
+
+def _avg_pool2d_backward(rw: _Rewriter, call, name):
+    kh, kw = _tiling_window(call, name)
+    err = rw.quantized(rw.env[call.args[0]], name)
+    b, c, oh, ow = _shape(err.q)
+    h, w = _shape(call.args[1])[2:]
+    share = _average(rw, err, rw.emit(R.astype(err.q, INT32)), kh * kw)
+    tall = rw.emit(R.reshape(share.total, (b, c, oh, 1, ow, 1)))
+    spread = rw.emit(R.reshape(rw.emit(R.broadcast_to(tall, (b, c, oh, kh, ow, kw))),
+                               (b, c, oh * kh, ow * kw)))
+    if (oh * kh, ow * kw) != (h, w):
+        spread = rw.emit(R.nn.pad(spread, [0, 0, 0, 0, 0, h - oh * kh, 0, w - ow * kw]))
+    return Accumulator(spread, share.exponents)
+
+
+def _mean(rw: _Rewriter, call, name):
+    axes = sorted(int(a) % len(_shape(call.args[0])) for a in call.attrs.axis)
+    if len(_shape(call.args[0])) != 4 or axes != [2, 3]:
+        raise UnsupportedOpError(f"precision='int8': {name}: a mean over axes {axes} of a "
+                                 f"{len(_shape(call.args[0]))}-D tensor; only the global "
+                                 "average over height and width has an integer form")
+    q = rw.quantized(rw.env[call.args[0]], name)
+    h, w = _shape(q.q)[2:]
+    total = rw.emit(R.sum(rw.emit(R.astype(q.q, INT32)), [2, 3], call.attrs.keepdims))
+    return _average(rw, q, total, h * w)
+
+
+def _divide(rw: _Rewriter, call, name):
+    """The division of a mean's backward: the error's share of each of n terms."""
+    const = call.args[1]
+    n = float(const.value.numpy()) if isinstance(const, tvm.ir.Constant) \
+        and not _shape(const) else 0.0
+    if n < 1 or n != int(n):
+        raise UnsupportedOpError(f"precision='int8': {name} divides by other than a count of "
+                                 "terms (a constant integer >= 1)")
+    q = rw.quantized(rw.env[call.args[0]], name)
+    return _average(rw, q, rw.emit(R.astype(q.q, INT32)), int(n))
+
+
 def _ones(rw: _Rewriter, call, name):
     return None  # the loss's own adjoint: the integer loss gradient does not read it
 
@@ -292,6 +365,11 @@ RULES = {
     "relax.nn.max_pool2d": _max_pool2d,
     "relax.grad.max_pool2d_backward": _max_pool2d_backward,
     "relax.collapse_sum_to": _collapse_sum_to,
+    "relax.broadcast_to": _same_on_values(lambda x, c: R.broadcast_to(x, c.args[1])),
+    "relax.nn.avg_pool2d": _avg_pool2d,
+    "relax.grad.avg_pool2d_backward": _avg_pool2d_backward,
+    "relax.mean": _mean,
+    "relax.divide": _divide,
     "relax.ones": _ones,
 }
 
