@@ -33,8 +33,7 @@ from ..frontend.torch_export import export_module
 from ..niti.align import align_bias, aligned_sum
 from ..niti.int_conv import conv2d, conv2d_input_grad, conv2d_weight_grad
 from ..niti.loss import cross_entropy, softmax_xent_grad
-from ..niti.pooling import (AVERAGE_BITS, avg_pool, avg_pool_backward, max_pool,
-                            max_pool_backward)
+from ..niti.pooling import AVERAGE_BITS, avg_pool, avg_pool_backward, max_pool, max_pool_backward
 from ..niti.quantize import dequantize, quantize
 from ..niti.rounding import as_i64, clip8, round_shift, shift_for
 
