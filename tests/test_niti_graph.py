@@ -14,9 +14,11 @@ import tvm
 from torch import nn
 from tvm import relax
 
+from ubitrain.errors import UnsupportedOpError
 from ubitrain.fidelity.niti_reference import NitiGraphReference
 from ubitrain.lowering.fused_kernels import legalize_fused_ops
 from ubitrain.niti.rescale import EXACT_COUNTED
+from ubitrain.training.batch_norm_folding import fold_batch_norms
 from ubitrain.training.graph import build_training_module
 from ubitrain.training.niti_module import niti_training_module
 
@@ -52,6 +54,33 @@ class DepthwiseAveraging(nn.Module):
         return self.head(nn.functional.adaptive_avg_pool2d(h, 1).flatten(1))
 
 
+class OrdinaryCNN(nn.Module):
+    """Biases, BatchNorm (with running statistics a pretrained net would have), a depthwise
+    conv and a residual add: what the int8 path must train. Each BatchNorm is folded into
+    its conv (training/batch_norm_folding.py) before the integer step is derived."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.dw = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.BatchNorm2d(8),
+                                nn.ReLU())
+        self.pw = nn.Sequential(nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        self.head = nn.Linear(16, 10)
+        gen = torch.Generator().manual_seed(2)
+        for bn in (self.stem[1], self.dw[1], self.pw[1]):
+            c = bn.num_features
+            bn.running_mean.copy_(torch.randn(c, generator=gen) * 0.1)
+            bn.running_var.copy_(torch.rand(c, generator=gen) + 0.5)
+            bn.weight.data.copy_(torch.rand(c, generator=gen) + 0.5)
+            bn.bias.data.copy_(torch.randn(c, generator=gen) * 0.1)
+
+    def forward(self, x):
+        h = self.stem(x)
+        h = self.dw(h) + h
+        h = nn.functional.max_pool2d(self.pw(h), 2)
+        return self.head(nn.functional.adaptive_avg_pool2d(h, 1).flatten(1))
+
+
 def chain(bias: bool):
     return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=bias), nn.ReLU(), nn.MaxPool2d(2),
                          nn.Flatten(), nn.Linear(64, 10, bias=bias))
@@ -70,15 +99,16 @@ def run_graph(model, x, y):
     return params, float(loss.numpy()), {n: g.numpy() for n, g in zip(tm.trainable, grads)}
 
 
-MODELS = [lambda: chain(False), lambda: chain(True), Residual, DepthwiseAveraging]
-MODEL_IDS = ["chain", "chain_with_biases", "residual_with_biases", "depthwise_averaging"]
+MODELS = [lambda: chain(False), lambda: chain(True), Residual, DepthwiseAveraging, OrdinaryCNN]
+MODEL_IDS = ["chain", "chain_with_biases", "residual_with_biases", "depthwise_averaging",
+             "batch_norm_depthwise_residual"]
 
 
 @pytest.mark.parametrize("make", MODELS, ids=MODEL_IDS)
 def test_the_integer_step_equals_the_numpy_reference(make):
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
-    model = make()
+    model = fold_batch_norms(make())
     gen = torch.Generator().manual_seed(1)
     x, y = torch.randn(4, 1, 8, 8, generator=gen), torch.randint(0, 10, (4,), generator=gen)
     params, loss, grads = run_graph(model, x, y)
@@ -90,3 +120,10 @@ def test_the_integer_step_equals_the_numpy_reference(make):
         np.testing.assert_array_equal(grads[name].reshape(want[name].shape), want[name],
                                       err_msg=name)
     assert abs(loss - want_loss) <= 1e-6 * abs(want_loss)
+
+
+def test_a_batch_norm_that_cannot_be_folded_is_refused_by_name():
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.BatchNorm2d(4), nn.Flatten(),
+                          nn.Linear(144, 10))
+    with pytest.raises(UnsupportedOpError, match="BatchNorm 2 does not directly follow"):
+        fold_batch_norms(model)

@@ -3,6 +3,8 @@ module made integer right after it is traced. It is the successor of int8.py's c
 pipeline and not yet what precision="int8" runs (host C, exact rescaling; see docs/int8.md).
 
 Lowering:
+    fold_batch_norm       each BatchNorm folded into the layer before it
+                          (training/batch_norm_folding.py)
     trace                 the model traced, its loss appended, differentiated (Relax)
     niti_graph            the functions and state made NITI's integer ones
                           (training/niti_module.py, training/niti_graph.py)
@@ -23,11 +25,22 @@ Finishing:
 
 from __future__ import annotations
 
+import dataclasses
+
+import torch
+
 from ..errors import CompileError
 from ..niti.rescale import ADAPTIVE, EXACT_COUNTED
+from ..training.batch_norm_folding import fold_batch_norms
 from ..training.niti_module import niti_training_module
 from . import fp32, int8
 from .steps import Pipeline, Rewrite, Step
+
+
+def fold_batch_norm(unit):
+    r = unit.request
+    if isinstance(r.model, torch.nn.Module):
+        unit.request = dataclasses.replace(r, model=fold_batch_norms(r.model))
 
 
 def niti_graph(unit):
@@ -46,8 +59,11 @@ def niti_graph(unit):
 INT8_GRAPH = Pipeline(
     "int8",
     lowering=(
+        Step("fold_batch_norm", fold_batch_norm, "each BatchNorm folded into the conv or "
+             "linear before it, with its running statistics (training/batch_norm_folding.py)",
+             phase=fp32.TRACE),
         Step("trace", fp32.trace, "the model traced, its loss appended and differentiated "
-             "(training/graph.py)", phase=fp32.TRACE),
+             "(training/graph.py)"),
         Step("niti_graph", niti_graph, "the training module made NITI's integer one "
              "(training/niti_module.py)"),
         Step("kernel_library", fp32.kernel_library, "the kernels, each printed once "

@@ -1,0 +1,52 @@
+"""BatchNorm folded into the conv or linear layer before it, for precision="int8".
+
+NITI has no integer BatchNorm: an int8 step keeps a weight's scale fixed and has no place
+for per-channel statistics of int32 accumulators. As tiny-training does for its MCU models,
+each BatchNorm is folded into the layer that feeds it, with its running statistics (what
+`model.eval()` would compute): weight x gamma / sqrt(var + eps), bias (b - mean) x gamma /
+sqrt(var + eps) + beta. The folded layer is then trained like any conv with a bias, and the
+trained model has no BatchNorm. torch.fx's own `fuse` does the folding.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+from torch.fx.experimental.optimization import fuse
+
+from ..errors import UnsupportedOpError
+
+BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d)
+
+
+def batch_norms(model: nn.Module) -> list[str]:
+    return [name for name, m in model.named_modules() if isinstance(m, BATCH_NORMS)]
+
+
+def fold_batch_norms(model: nn.Module) -> nn.Module:
+    """A copy of `model` with every BatchNorm folded into the conv or linear before it
+    (the model itself when it has none). Refuses, naming it, a BatchNorm it cannot fold."""
+    if not batch_norms(model):
+        return model
+    frozen = copy.deepcopy(model).eval()  # torch folds only in eval mode
+    try:
+        folded = fuse(frozen, inplace=True)
+    except Exception as err:  # noqa: BLE001 - symbolic tracing fails in many ways
+        raise UnsupportedOpError(
+            f"precision='int8' folds each BatchNorm into the layer before it, which needs "
+            f"torch.fx to trace the model: {type(err).__name__}: {err}") from None
+    left = batch_norms(folded)
+    if left:
+        raise UnsupportedOpError(
+            f"precision='int8': BatchNorm {', '.join(left)} does not directly follow a conv "
+            "or linear layer whose only reader it is, so it cannot be folded into it; NITI "
+            "has no integer BatchNorm. Put each BatchNorm right after its conv or linear")
+    old = dict(model.named_parameters())
+    for name, p in folded.named_parameters():  # a bias that folding gave a bias-free layer
+        if name not in old:  # torch leaves it frozen; it trains with its layer's weight
+            owner = folded.get_submodule(name.rpartition(".")[0])
+            p.requires_grad_(owner.weight.requires_grad)
+    return folded.train(model.training)
+
