@@ -152,6 +152,25 @@ class DigitsCNNNiti(nn.Module):
         return self.classifier(torch.flatten(self.features(x), 1))
 
 
+class DigitsResidualCNN(nn.Module):
+    """An ordinary small CNN on 8x8 digits, what int8 training must handle: biases,
+    BatchNorm, a depthwise conv in a residual block and a pointwise conv."""
+
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.depthwise = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=8),
+                                       nn.BatchNorm2d(8), nn.ReLU())
+        self.pointwise = nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(8, 16, 1),
+                                       nn.BatchNorm2d(16), nn.ReLU())
+        self.classifier = nn.Linear(16 * 4 * 4, classes)
+
+    def forward(self, x):
+        h = self.stem(x)
+        h = self.depthwise(h) + h
+        return self.classifier(torch.flatten(self.pointwise(h), 1))
+
+
 @dataclass(frozen=True)
 class ZooEntry:
     factory: Callable[[], nn.Module]

@@ -25,15 +25,17 @@ from .data import BATCH, accuracy, epoch_batches, load_data, predict_padded, pro
 MU = (5, 4, 3)
 
 
-def niti_config(total_steps: int, adaptive: bool) -> ub.NITI:
-    """mu 5, 4, 3 over the thirds of training (NITI's schedule, shortened)."""
-    milestones = tuple(max(1, total_steps * (i + 1) // len(MU)) for i in range(len(MU) - 1))
+def niti_config(total_steps: int, adaptive: bool, mu=MU) -> ub.NITI:
+    """mu 5, 4, 3 over the thirds of training (NITI's schedule, shortened): each mu of `mu`
+    for an equal share of the steps."""
+    milestones = tuple(max(1, total_steps * (i + 1) // len(mu)) for i in range(len(mu) - 1))
     milestones = tuple(sorted(set(milestones)))
-    return ub.NITI(mu=MU[:len(milestones) + 1], milestones=milestones,
+    return ub.NITI(mu=tuple(mu[:len(milestones) + 1]), milestones=milestones,
                    adaptive_rescale=adaptive)
 
 
-def _train(name, pkg, batches, x_train, y_train, x_test, y_test, progress, log) -> dict:
+def train_and_score(name, pkg, batches, x_train, y_train, x_test, y_test, progress,
+                    log) -> dict:
     t = time.perf_counter()
     trainer = pkg.build()
     build = time.perf_counter() - t
@@ -75,13 +77,14 @@ def run_int8_demo(epochs: int = 5, out_dir="build/demo_int8", seed: int = 0,
     fp32 = ub.compile(copy.deepcopy(model), (x0,), y0,
                       optimizer=ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4), target=target,
                       out_dir=out / "fp32")
-    runs["fp32"] = _train("fp32", fp32, batches, x_train, y_train, x_test, y_test, progress, log)
+    runs["fp32"] = train_and_score("fp32", fp32, batches, x_train, y_train, x_test, y_test,
+                                   progress, log)
     for adaptive in (False, True):
         config = niti_config(total, adaptive)
         key = "int8_adaptive" if adaptive else "int8"
         pkg = ub.compile(copy.deepcopy(model), (x0,), y0, precision="int8", optimizer=config,
                          target=target, out_dir=out / key)
-        runs[key] = _train(key.replace("_", " "), pkg, batches, x_train, y_train, x_test,
+        runs[key] = train_and_score(key.replace("_", " "), pkg, batches, x_train, y_train, x_test,
                            y_test, progress, log)
         runs[key]["config"] = config
     f, i8, ad = runs["fp32"], runs["int8"], runs["int8_adaptive"]

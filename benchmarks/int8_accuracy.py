@@ -1,0 +1,87 @@
+"""INT8 (NITI) training against fp32 on scikit-learn's digits: test accuracy of the same
+network trained through the generated C in both precisions, on the same batches from the
+same initial weights, side by side.
+
+    python benchmarks/int8_accuracy.py [--models residual bias_free] [--epochs 8]
+                                       [--seeds 0 1 2] [--out results/int8_accuracy.json]
+
+Models (ubitrain.zoo): "residual" is DigitsResidualCNN (biases, BatchNorm, a depthwise conv
+in a residual block, a pointwise conv); "bias_free" is DigitsCNNNiti (the demo's CNN without
+BatchNorm and biases). fp32: SGD (lr 0.05, momentum 0.9, weight decay 1e-4), BatchNorm
+trained with batch statistics. int8: the step derived from the float graph
+(pipeline/int8_graph.py), each BatchNorm folded into its conv with its running statistics,
+NITI's update with mu 5, 4, 3 over the thirds of training (--mu); counted (every shift reduced)
+and adaptive rescaling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import tempfile
+from pathlib import Path
+
+import _results  # noqa: F401 - the repository's root on sys.path
+import numpy as np
+import torch
+
+import ubitrain as ub
+from ubitrain.api import compile_with
+from ubitrain.demos.data import BATCH, epoch_batches, load_data
+from ubitrain.demos.int8 import MU, niti_config, train_and_score
+from ubitrain.pipeline.int8_graph import INT8_GRAPH
+from ubitrain.zoo import DigitsCNNNiti, DigitsResidualCNN
+
+MODELS = {"residual": DigitsResidualCNN, "bias_free": DigitsCNNNiti}
+
+
+def int8_package(model, x0, y0, config, out_dir):
+    return compile_with(INT8_GRAPH, model, (x0,), y0, "cross_entropy", config, None, "host",
+                        None, out_dir, False, None, (), (), None)
+
+
+def run(model_name: str, epochs: int, seed: int, mu, work: Path) -> dict:
+    x_train, y_train, x_test, y_test = load_data(seed)
+    batches = epoch_batches(len(x_train), BATCH, epochs, seed)
+    total = sum(len(b) for b in batches)
+    torch.manual_seed(seed)
+    model = MODELS[model_name]()
+    first = batches[0][0]
+    x0, y0 = torch.from_numpy(x_train[first]), torch.from_numpy(y_train[first])
+    data = (batches, x_train, y_train, x_test, y_test, False, lambda *_: None)
+    fp32 = ub.compile(copy.deepcopy(model), (x0,), y0,
+                      optimizer=ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4),
+                      out_dir=work / f"{model_name}_fp32", progress=False)
+    out = {"fp32": train_and_score("fp32", fp32, *data)["accuracy"]}
+    for key, adaptive in (("int8", False), ("int8_adaptive", True)):
+        pkg = int8_package(copy.deepcopy(model), x0, y0, niti_config(total, adaptive, mu),
+                           work / f"{model_name}_{key}")
+        out[key] = train_and_score(key, pkg, *data)["accuracy"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
+    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--mu", nargs="+", type=int, default=list(MU),
+                    help="NITI's mu for equal shares of the steps (default: %(default)s)")
+    ap.add_argument("--out", default="results/int8_accuracy.json")
+    args = ap.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models:
+            runs = [run(name, args.epochs, seed, args.mu, Path(tmp)) for seed in args.seeds]
+            results[name] = runs
+            mean = {k: 100 * np.mean([r[k] for r in runs]) for k in runs[0]}
+            print(f"{name:<10} test accuracy over seeds {args.seeds}, {args.epochs} epochs: "
+                  + ", ".join(f"{k} {v:.2f}%" for k, v in mean.items())
+                  + f" | int8 - fp32 {mean['int8'] - mean['fp32']:+.2f} points, adaptive "
+                  f"{mean['int8_adaptive'] - mean['fp32']:+.2f}", flush=True)
+    _results.write_json(args.out, {"epochs": args.epochs, "seeds": args.seeds, "mu": args.mu,
+                                   "accuracy": results})
+
+
+if __name__ == "__main__":
+    main()
