@@ -15,11 +15,16 @@ from test_niti_graph import MODEL_IDS, MODELS
 import ubitrain as ub
 from ubitrain.api import compile_with
 from ubitrain.fidelity.niti_reference import NitiGraphReference
+from ubitrain.niti.rescale import ADAPTIVE, EXACT_COUNTED, SKIPS
 from ubitrain.niti.update import niti_update
 from ubitrain.pipeline.int8_graph import INT8_GRAPH
 from ubitrain.training.batch_norm_folding import fold_batch_norms
 
-STEPS = 3
+STEPS = 4
+MODES = {"counted": EXACT_COUNTED, "adaptive": ADAPTIVE}
+CASES = [(make, "counted") for make in MODELS] + [(MODELS[2], "adaptive"),
+                                                  (MODELS[4], "adaptive")]
+CASE_IDS = MODEL_IDS + [f"{MODEL_IDS[2]}-adaptive", f"{MODEL_IDS[4]}-adaptive"]
 
 
 def _batches():
@@ -28,12 +33,15 @@ def _batches():
             for _ in range(STEPS)]
 
 
-@pytest.mark.parametrize("make", MODELS, ids=MODEL_IDS)
-def test_the_compiled_int8_step_trains_as_the_numpy_reference(make, tmp_path):
+@pytest.mark.parametrize("make,rescaling", CASES, ids=CASE_IDS)
+def test_the_compiled_int8_step_trains_as_the_numpy_reference(make, rescaling, tmp_path):
+    """Counted: every site reduces each step. Adaptive: sites skip reductions (intervals
+    learned up to 4 steps), the reference keeping its own sites."""
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
     model, batches = make(), _batches()
-    config = ub.NITI(mu=(5, 4), milestones=(2,))  # the schedule changes inside the run
+    config = ub.NITI(mu=(5, 4), milestones=(2,),  # the schedule changes inside the run
+                     adaptive_rescale=rescaling == "adaptive", max_interval=4)
     pkg = compile_with(INT8_GRAPH, model, (batches[0][0],), batches[0][1], "cross_entropy",
                        config, None, "host", None, tmp_path / "net", False, None, (), (), None)
     trainer = pkg.build()
@@ -41,7 +49,7 @@ def test_the_compiled_int8_step_trains_as_the_numpy_reference(make, tmp_path):
     state = trainer.parameters()
     names = [n for n, _ in model.named_parameters()]
     params = {n: (state[n], int(state[f"{n}.exponent"][0])) for n in names}
-    reference = NitiGraphReference(model, batches[0][0])
+    reference = NitiGraphReference(model, batches[0][0], MODES[rescaling], max_interval=4)
     for step, (x, y) in enumerate(batches):
         loss = trainer.step(x.numpy(), y.numpy())
         want_loss, grads = reference.step(x.numpy(), y.numpy(), params)
@@ -53,5 +61,7 @@ def test_the_compiled_int8_step_trains_as_the_numpy_reference(make, tmp_path):
         assert abs(loss - want_loss) <= 1e-6 * abs(want_loss), (step, loss, want_loss)
     moved = sum(int((got[n] != state[n]).sum()) for n in names)
     assert moved > 0, "no parameter changed: the check would pass without training"
+    skips = sum(int(row[SKIPS]) for row in reference.sites.rows.values())
+    assert (skips > 0) == (rescaling == "adaptive"), skips
     x = batches[-1][0].numpy()
     np.testing.assert_array_equal(trainer.predict(x), reference.predict(x, params))

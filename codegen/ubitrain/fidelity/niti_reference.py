@@ -19,11 +19,14 @@ hand-written rules below, in reverse order. The spec it implements (docs/algorit
   the optimizer); an input error is an int32 sum narrowed at its own site; where a tensor
   feeds two readers, their errors are added aligned and narrowed.
 
-Rescale sites use the exact shift (mode EXACT_COUNTED); their order differs from the compile's
-and only matters for adaptive rescaling.
+Rescale sites use the exact shift (EXACT_COUNTED) or adaptive rescaling (ADAPTIVE); the
+reference keys each by what it narrows, so their order, which differs from the compile's,
+does not matter.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import torch
@@ -35,14 +38,25 @@ from ..niti.int_conv import conv2d, conv2d_input_grad, conv2d_weight_grad
 from ..niti.loss import cross_entropy, softmax_xent_grad
 from ..niti.pooling import AVERAGE_BITS, avg_pool, avg_pool_backward, max_pool, max_pool_backward
 from ..niti.quantize import dequantize, quantize
-from ..niti.rounding import as_i64, clip8, round_shift, shift_for
+from ..niti.rescale import EXACT, EXACT_COUNTED, SITE_FIELDS, site_shift
+from ..niti.rounding import as_i64, clip8, round_shift
 
 aten = torch.ops.aten
 
 
-def narrow(total, exponent: int) -> tuple[np.ndarray, int]:
-    s = shift_for(total, 7)
-    return clip8(round_shift(total, s)), exponent + s
+class Sites:
+    """One rescale site per narrowing, keyed by what it narrows (a node's output, the error
+    into a node, the n-th sum of errors at a node), its state kept from step to step: the
+    same sites as the compile's, whatever order either creates them in."""
+
+    def __init__(self, mode: int, max_interval: int):
+        self.mode, self.max_interval = mode, max_interval
+        self.rows: dict[tuple, np.ndarray] = {}
+
+    def narrow(self, total, exponent: int, key: tuple, mode: int | None = None):
+        row = self.rows.setdefault(key, np.zeros(SITE_FIELDS, np.int64))
+        s = site_shift(total, row, 7, self.mode if mode is None else mode, self.max_interval)
+        return clip8(round_shift(total, s)), exponent + s
 
 
 AVERAGES = (aten.avg_pool2d.default, aten.adaptive_avg_pool2d.default, aten.mean.dim)
@@ -86,10 +100,11 @@ class Value:
 
     def __init__(self, q=None, e=0, total=None):
         self.q, self.e, self.total = q, e, total
+        self.narrow = None  # (total, exponent) -> (int8, exponent): set by its producer
 
     def int8(self) -> tuple[np.ndarray, int]:
         if self.q is None:
-            self.q, self.e = narrow(self.total, self.e)
+            self.q, self.e = self.narrow(self.total, self.e)
         return self.q, self.e
 
 
@@ -101,14 +116,21 @@ def _pair(v, default):
 class NitiGraphReference:
     """One NITI step of `model` on integer parameters: `step(x, labels, params)` with params
     {state_dict name: (values, exponent)}, int8 weights and int32 biases. Returns the loss and
-    {name: int64 gradient} before any update."""
+    {name: int64 gradient} before any update. `mode`: rescaling in training
+    (niti/rescale.py EXACT_COUNTED, or ADAPTIVE with `max_interval`); the sites' state
+    carries over from one step() to the next."""
 
-    def __init__(self, model: torch.nn.Module, example_input: torch.Tensor):
+    def __init__(self, model: torch.nn.Module, example_input: torch.Tensor,
+                 mode: int = EXACT_COUNTED, max_interval: int = 1):
         exported = export_module(model, (example_input,), training=True)
         self.graph = exported.graph
         self.names = dict(exported.graph_signature.inputs_to_parameters)  # placeholder -> name
+        self.sites = Sites(mode, max_interval)
 
-    def forward(self, x, params):
+    def narrow(self, total, exponent: int, *key):
+        return self.sites.narrow(total, exponent, key)
+
+    def forward(self, x, params, mode: int | None = None):
         """(each node's Value, the call nodes in order, the logits node)."""
         values, order = {}, []
         for node in self.graph.nodes:
@@ -119,7 +141,9 @@ class NitiGraphReference:
                     q, e = quantize(x)
                 values[node] = Value(as_i64(q), e)
             elif node.op == "call_function":
-                values[node] = self.forward_op(node, values)
+                values[node] = value = self.forward_op(node, values)
+                value.narrow = functools.partial(self.sites.narrow, key=("out", node.name),
+                                                 mode=mode)
                 order.append(node)
             elif node.op == "output":
                 out = node.args[0]
@@ -127,7 +151,7 @@ class NitiGraphReference:
         return values, order, logits
 
     def predict(self, x, params) -> np.ndarray:
-        values, _, logits = self.forward(x, params)
+        values, _, logits = self.forward(x, params, EXACT)
         return dequantize(*values[logits].int8())
 
     def step(self, x, labels, params: dict[str, tuple[np.ndarray, int]]):
@@ -135,7 +159,7 @@ class NitiGraphReference:
         zq, ze = values[logits].int8()
         loss = cross_entropy(zq, ze, labels)
         errors = {logits: (as_i64(softmax_xent_grad(zq, ze, labels)), 0)}
-        grads = {}
+        grads, self.sums = {}, {}
         for node in reversed(order):
             if node not in errors:
                 continue
@@ -147,11 +171,11 @@ class NitiGraphReference:
                     self._add_error(errors, target, g, eg)
         return loss, grads
 
-    @staticmethod
-    def _add_error(errors, target, g, eg):
+    def _add_error(self, errors, target, g, eg):
         if target in errors:  # a second reader's error: added aligned, narrowed
             total, e = aligned_sum(*errors[target], g, eg)
-            errors[target] = narrow(total, e)
+            n = self.sums[target] = self.sums.get(target, 0) + 1
+            errors[target] = self.narrow(total, e, "sum", target.name, n)
         else:
             errors[target] = (g, eg)
 
@@ -212,7 +236,7 @@ class NitiGraphReference:
                 axes = (0,) if err.ndim == 2 else (0, 2, 3)
                 out[args[2]] = (err.sum(axis=axes), ee)
             if args[0].op == "call_function":
-                out[args[0]] = narrow(total, ee + w.e)
+                out[args[0]] = self.narrow(total, ee + w.e, "error", node.name)
             return out
         if op == aten.add.Tensor:
             return {a: (err, ee) for a in args}
@@ -225,7 +249,7 @@ class NitiGraphReference:
             shape = values[args[0]].int8()[0].shape
             spread = avg_pool_backward(err.reshape(_map_shape(node)), _average_window(node),
                                        shape)
-            return {args[0]: narrow(spread, ee - AVERAGE_BITS)}
+            return {args[0]: self.narrow(spread, ee - AVERAGE_BITS, "error", node.name)}
         if op in (aten.flatten.using_ints, aten.view.default, aten.reshape.default):
             return {args[0]: (err.reshape(values[args[0]].int8()[0].shape), ee)}
         raise UnsupportedOpError(f"the NITI reference has no backward rule for {op}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 
-import torch
 from torch import nn
 from torch.fx.experimental.optimization import fuse
 
