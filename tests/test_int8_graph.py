@@ -1,5 +1,5 @@
 """The int8 step derived from the float graph (pipeline/int8_graph.py), compiled to C and
-trained on the host, against NITI's numpy reference read off the model's ATen graph
+trained on the host and on every cross target under QEMU, against NITI's numpy reference read off the model's ATen graph
 (fidelity/niti_reference.py) with NITI's update rule (niti/update.py): every integer
 parameter after every step, the losses and predict's output, bit for bit."""
 
@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from harness import CROSS, require_tools
 from test_niti_graph import MODEL_IDS, MODELS
 
 import ubitrain as ub
@@ -37,13 +38,24 @@ def _batches():
 def test_the_compiled_int8_step_trains_as_the_numpy_reference(make, rescaling, tmp_path):
     """Counted: every site reduces each step. Adaptive: sites skip reductions (intervals
     learned up to 4 steps), the reference keeping its own sites."""
+    assert_trains_as_reference(make, rescaling, "host", tmp_path)
+
+
+@pytest.mark.parametrize("target", CROSS)
+def test_on_every_cross_target_too(target, tmp_path):
+    """The same C built by the target's cross compiler and run under QEMU."""
+    require_tools(target)
+    assert_trains_as_reference(MODELS[4], "adaptive", target, tmp_path)
+
+
+def assert_trains_as_reference(make, rescaling, target, tmp_path):
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
     model, batches = make(), _batches()
     config = ub.NITI(mu=(5, 4), milestones=(2,),  # the schedule changes inside the run
                      adaptive_rescale=rescaling == "adaptive", max_interval=4)
     pkg = compile_with(INT8_GRAPH, model, (batches[0][0],), batches[0][1], "cross_entropy",
-                       config, None, "host", None, tmp_path / "net", False, None, (), (), None)
+                       config, None, target, None, tmp_path / "net", False, None, (), (), None)
     trainer = pkg.build()
     model = fold_batch_norms(model)  # what the compile trains (a BatchNorm has no int8 form)
     state = trainer.parameters()

@@ -1,7 +1,8 @@
-/* ubitrain hexagon-v66: the float maths of a freestanding Hexagon build, written for it.
+/* ubitrain hexagon-v66: the maths of a freestanding Hexagon build, written for it.
  *
- * Hexagon has no float divide instruction and this build has no compiler-rt, so
- * __hexagon_divsf3 (the routine the compiler calls for `a / b` on floats) is here too.
+ * Hexagon has no divide instruction and this build has no compiler-rt, so
+ * __hexagon_divsf3 (the routine the compiler calls for `a / b` on floats) and
+ * __hexagon_divdi3 (on int64: NITI's softmax gradient) are here too.
  * Division and square root are correctly rounded (integer long division and integer square
  * root), so they agree with the host bit for bit. exp, log and tanh use the textbook range
  * reductions with Taylor polynomials evaluated in float: within about 2 ulp of the correctly
@@ -43,6 +44,27 @@ static inline uint32_t ub_unpack(uint32_t u, int32_t *e) {
     }
     *e = ex;
     return m;
+}
+
+/* 64-bit integer division, truncating toward zero as C99's `/`: shift-and-subtract. */
+static uint64_t ub_udiv64(uint64_t n, uint64_t d) {
+    uint64_t q = 0, r = 0;
+    for (int i = 63; i >= 0; --i) {
+        r = (r << 1) | ((n >> i) & 1u);
+        if (r >= d) {
+            r -= d;
+            q |= (uint64_t)1 << i;
+        }
+    }
+    return q;
+}
+
+int64_t __hexagon_divdi3(int64_t a, int64_t b);
+int64_t __hexagon_divdi3(int64_t a, int64_t b) {
+    const uint64_t ua = a < 0 ? 0u - (uint64_t)a : (uint64_t)a;
+    const uint64_t ub = b < 0 ? 0u - (uint64_t)b : (uint64_t)b;
+    const uint64_t q = ub_udiv64(ua, ub);
+    return (a < 0) != (b < 0) ? (int64_t)(0u - q) : (int64_t)q;
 }
 
 float __hexagon_divsf3(float a, float b);
