@@ -11,7 +11,8 @@ BatchNorm and biases). fp32: SGD (lr 0.05, momentum 0.9, weight decay 1e-4), Bat
 trained with batch statistics. int8: the step derived from the float graph
 (pipeline/int8_graph.py), each BatchNorm folded into its conv with its running statistics,
 NITI's update with mu 5, 4, 3 over the thirds of training (--mu); counted (every shift reduced)
-and adaptive rescaling.
+and adaptive rescaling. "fp32_folded" (nets with BatchNorm): the int8 run's network, each
+BatchNorm folded into its conv at the start, trained in fp32: what folding alone costs.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ubitrain.api import compile_with
 from ubitrain.demos.data import BATCH, epoch_batches, load_data
 from ubitrain.demos.int8 import MU, niti_config, train_and_score
 from ubitrain.pipeline.int8_graph import INT8_GRAPH
+from ubitrain.training.batch_norm_folding import batch_norms, fold_batch_norms
 from ubitrain.zoo import DigitsCNNNiti, DigitsResidualCNN
 
 MODELS = {"residual": DigitsResidualCNN, "bias_free": DigitsCNNNiti}
@@ -53,6 +55,11 @@ def run(model_name: str, epochs: int, seed: int, mu, work: Path) -> dict:
                       optimizer=ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4),
                       out_dir=work / f"{model_name}_fp32", progress=False)
     out = {"fp32": train_and_score("fp32", fp32, *data)["accuracy"]}
+    if batch_norms(model):  # what folding costs in float: the folded net trained in fp32
+        folded = ub.compile(fold_batch_norms(model), (x0,), y0,
+                            optimizer=ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4),
+                            out_dir=work / f"{model_name}_fp32_folded", progress=False)
+        out["fp32_folded"] = train_and_score("fp32 folded", folded, *data)["accuracy"]
     for key, adaptive in (("int8", False), ("int8_adaptive", True)):
         pkg = int8_package(copy.deepcopy(model), x0, y0, niti_config(total, adaptive, mu),
                            work / f"{model_name}_{key}")

@@ -1,13 +1,12 @@
 """The int8 step derived from the float graph (pipeline/int8_graph.py), compiled to C and
-trained on the host and on every cross target under QEMU, against NITI's numpy reference read off the model's ATen graph
-(fidelity/niti_reference.py) with NITI's update rule (niti/update.py): every integer
-parameter after every step, the losses and predict's output, bit for bit."""
+trained on the host and on every cross target under QEMU, against NITI's numpy reference
+read off the model's ATen graph with NITI's update rule (fidelity/niti_check.py): every
+integer parameter after every step, the losses and predict's output, bit for bit."""
 
 from __future__ import annotations
 
 import warnings
 
-import numpy as np
 import pytest
 import torch
 from harness import CROSS, require_tools
@@ -15,14 +14,10 @@ from test_niti_graph import MODEL_IDS, MODELS
 
 import ubitrain as ub
 from ubitrain.api import compile_with
-from ubitrain.fidelity.niti_reference import NitiGraphReference
-from ubitrain.niti.rescale import ADAPTIVE, EXACT_COUNTED, SKIPS
-from ubitrain.niti.update import niti_update
+from ubitrain.fidelity.niti_check import compare_with_reference
 from ubitrain.pipeline.int8_graph import INT8_GRAPH
-from ubitrain.training.batch_norm_folding import fold_batch_norms
 
 STEPS = 4
-MODES = {"counted": EXACT_COUNTED, "adaptive": ADAPTIVE}
 CASES = [(make, "counted") for make in MODELS] + [(MODELS[2], "adaptive"),
                                                   (MODELS[4], "adaptive")]
 CASE_IDS = MODEL_IDS + [f"{MODEL_IDS[2]}-adaptive", f"{MODEL_IDS[4]}-adaptive"]
@@ -56,24 +51,8 @@ def assert_trains_as_reference(make, rescaling, target, tmp_path):
                      adaptive_rescale=rescaling == "adaptive", max_interval=4)
     pkg = compile_with(INT8_GRAPH, model, (batches[0][0],), batches[0][1], "cross_entropy",
                        config, None, target, None, tmp_path / "net", False, None, (), (), None)
-    trainer = pkg.build()
-    model = fold_batch_norms(model)  # what the compile trains (a BatchNorm has no int8 form)
-    state = trainer.parameters()
-    names = [n for n, _ in model.named_parameters()]
-    params = {n: (state[n], int(state[f"{n}.exponent"][0])) for n in names}
-    reference = NitiGraphReference(model, batches[0][0], MODES[rescaling], max_interval=4)
-    for step, (x, y) in enumerate(batches):
-        loss = trainer.step(x.numpy(), y.numpy())
-        want_loss, grads = reference.step(x.numpy(), y.numpy(), params)
-        params = {n: (niti_update(v, grads[n], config.mu_at(step)).astype(v.dtype), e)
-                  for n, (v, e) in params.items()}
-        got = trainer.parameters()
-        for n in names:
-            np.testing.assert_array_equal(got[n], params[n][0], err_msg=f"step {step}: {n}")
-        assert abs(loss - want_loss) <= 1e-6 * abs(want_loss), (step, loss, want_loss)
-    moved = sum(int((got[n] != state[n]).sum()) for n in names)
-    assert moved > 0, "no parameter changed: the check would pass without training"
-    skips = sum(int(row[SKIPS]) for row in reference.sites.rows.values())
-    assert (skips > 0) == (rescaling == "adaptive"), skips
-    x = batches[-1][0].numpy()
-    np.testing.assert_array_equal(trainer.predict(x), reference.predict(x, params))
+    run = compare_with_reference(pkg.build(), model, [(x.numpy(), y.numpy())
+                                                      for x, y in batches], config)
+    assert run.differences == []
+    assert run.moved > 0, "no parameter changed: the check would pass without training"
+    assert (run.skipped > 0) == (rescaling == "adaptive"), run.skipped

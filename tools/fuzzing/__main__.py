@@ -23,6 +23,7 @@ examples (from the repository's root):
   python -m tools.fuzzing --seeds 0:100                  the seeds CI runs
   python -m tools.fuzzing --seeds 100000:105000 --out fuzz-results
   python -m tools.fuzzing --seeds 100000:105000 --out fuzz-results --resume   (continue it)
+  python -m tools.fuzzing --precision int8 --seeds 0:1000 --out fuzz-int8
 The last line is the summary: models per outcome (match, mismatch, near kink, unsupported,
 internal error). A mismatch or internal error exits with status 1."""
 
@@ -57,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker processes (default: one per core)")
     f.add_argument("--out", default="fuzz-results",
                    help="where to write results.jsonl, summary.json and repro scripts")
+    f.add_argument("--precision", choices=["fp32", "int8"], default="fp32",
+                   help="int8: random models in the int8 op set, checked bit for bit against "
+                        "NITI's numpy reference (int8_case.py); failures are not reduced")
     f.add_argument("--no-reduce", action="store_true", help="write failures unreduced")
     f.add_argument("--no-progress", action="store_true", help="no progress bar")
     f.add_argument("--resume", action="store_true",
@@ -97,7 +101,8 @@ def main(argv=None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = show
             summary = run_campaign(args.seeds, args.jobs, Path(args.out),
-                                   reduce=not args.no_reduce,
+                                   reduce=not args.no_reduce and args.precision == "fp32",
+                                   precision=args.precision,
                                    progress=False if args.no_progress else None,
                                    resume=args.resume)
     except KeyboardInterrupt:  # results.jsonl keeps what finished: --resume continues

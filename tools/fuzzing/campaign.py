@@ -9,6 +9,7 @@ commit only: the figures of a campaign are those of one version of ubitrain.
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -37,10 +38,12 @@ class Summary:
                 f"{parts} ({self.seconds:.0f} s)")
 
 
-def _run_seed(seed: int) -> dict:
+def _run_seed(seed: int, precision: str = "fp32") -> dict:
     torch_threads()
-    outcome = run_case(draw_case(seed))
-    return _record(outcome)
+    if precision == "int8":
+        from .int8_case import draw_int8_case, run_int8_case
+        return _record(run_int8_case(draw_int8_case(seed)))
+    return _record(run_case(draw_case(seed)))
 
 
 def _record(o: Outcome) -> dict:
@@ -55,10 +58,12 @@ def torch_threads():
 
 
 def run_campaign(seeds: range, jobs: int = 2, out: Path | None = None, reduce: bool = True,
-                 progress: bool | None = None, resume: bool = False) -> Summary:
+                 progress: bool | None = None, resume: bool = False,
+                 precision: str = "fp32") -> Summary:
     """Run every seed; write `out/results.jsonl`, `out/summary.json` and, for each failure,
     `out/repro_<seed>.py` (reduced when `reduce`). `resume`: keep the records of an earlier
-    sitting of the same campaign in `out` and run only the seeds they lack."""
+    sitting of the same campaign in `out` and run only the seeds they lack. `precision`:
+    "int8" draws int8 cases (int8_case.py) instead."""
     summary = Summary(f"{seeds.start}:{seeds.stop}", source_commit())
     start = time.perf_counter()
     done: list[dict] = []
@@ -67,7 +72,7 @@ def run_campaign(seeds: range, jobs: int = 2, out: Path | None = None, reduce: b
         if resume:
             done = _earlier_records(out, summary)
         (out / "campaign.json").write_text(json.dumps(
-            dict(seeds=summary.seeds, commit=summary.commit)))
+            dict(seeds=summary.seeds, commit=summary.commit, precision=precision)))
     for record in done:
         _count(summary, record)
     todo = [s for s in seeds if s not in {r["seed"] for r in done}]
@@ -75,7 +80,8 @@ def run_campaign(seeds: range, jobs: int = 2, out: Path | None = None, reduce: b
     ctx = multiprocessing.get_context("spawn")
     try:
         with ctx.Pool(jobs, maxtasksperchild=50) as pool:
-            results = pool.imap_unordered(_run_seed, todo)
+            results = pool.imap_unordered(functools.partial(_run_seed, precision=precision),
+                                          todo)
             bar = tqdm(results, total=len(todo), desc="fuzz", unit="model",
                        disable=not (progress if progress is not None else _tty()))
             for record in bar:

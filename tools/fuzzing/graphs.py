@@ -123,10 +123,12 @@ def vary_norm_parameters(model: torch.nn.Module, seed: int) -> None:
                     m.bias.normal_(0.0, 0.2, generator=gen)
 
 
-def random_graph(rng: random.Random) -> Graph:
-    """A random valid graph of 2 to 14 nodes."""
+def random_graph(rng: random.Random, ops=None, accepts=None, input_shape=None) -> Graph:
+    """A random valid graph of 2 to 14 nodes. A restricted draw (the int8 fuzzer's) gives
+    `ops`, the op names to draw from, `accepts(name, attrs, input shapes, input ops)`,
+    whether a drawn node is in its reach, and `input_shape(rng)`."""
     while True:
-        graph = _attempt(rng)
+        graph = _attempt(rng, ops, accepts, input_shape)
         if graph is not None and graph.shapes() is not None:
             return graph
 
@@ -142,13 +144,13 @@ def _input_shape(rng: random.Random) -> tuple[int, ...]:
     return (batch, rng.randint(1, 24))
 
 
-def _attempt(rng: random.Random) -> Graph | None:
-    graph = Graph(_input_shape(rng), (), rng.randint(1, 10),
+def _attempt(rng: random.Random, ops, accepts, input_shape) -> Graph | None:
+    graph = Graph((input_shape or _input_shape)(rng), (), rng.randint(1, 10),
                   rng.choice(["cross_entropy", "cross_entropy", "mse"]))
     shapes = graph.shapes()
     if shapes is None:
         return None
-    names = sorted(OPS)
+    names = sorted(ops or OPS)
     weights = [WEIGHTS.get(n, 1) for n in names]
     for _ in range(rng.randint(2, 14)):
         for _try in range(30):
@@ -162,7 +164,9 @@ def _attempt(rng: random.Random) -> Graph | None:
                     continue
                 inputs.append(partner)
             attrs = op.sample(rng, [shapes[i] for i in inputs])
-            if attrs is None:
+            if attrs is None or accepts and not accepts(
+                    name, attrs, [shapes[i] for i in inputs],
+                    [graph.nodes[i - 1].op if i else "input" for i in inputs]):
                 continue
             candidate = replace(graph, nodes=graph.nodes + (Node(name, tuple(inputs), attrs),))
             new_shapes = candidate.shapes()

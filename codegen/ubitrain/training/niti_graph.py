@@ -49,6 +49,8 @@ class Quantized:
 class Accumulator:
     total: relax.Expr  # int32
     exponents: list  # int32 (1,) tensors whose sum is its exponent
+    error_sum: bool = False  # an error summed over the batch (a bias's gradient)
+    view: tuple | None = None  # (accumulator, make): a reshape of it, narrowed as it is
 
 
 @dataclass
@@ -91,7 +93,12 @@ class _Rewriter:
             return value
         if isinstance(value, Accumulator):
             if id(value) not in self.narrowed:
-                self.narrowed[id(value)] = self.rescale(value, where)
+                if value.view is not None:  # one site for the sum and its reshapes
+                    origin, make = value.view
+                    q = self.quantized(origin, where)
+                    self.narrowed[id(value)] = Quantized(self.emit(make(q.q)), q.e)
+                else:
+                    self.narrowed[id(value)] = self.rescale(value, where)
             return self.narrowed[id(value)]
         raise UnsupportedOpError(f"precision='int8': {where} reads {type(value).__name__}, "
                                  "which has no int8 form")
@@ -135,10 +142,17 @@ class _Rewriter:
         grads = []
         for adjoint in fields[1].fields:
             value = self.env[adjoint]
-            if not isinstance(value, Accumulator):
+            if isinstance(value, Accumulator) and (value.error_sum or len(_shape(value.total))
+                                                   > 1):
+                grads.append(value.total)  # a weight's (products) or a bias's (error sum)
+            elif isinstance(value, (Accumulator, Quantized)):
+                # a bias's gradient whose sum Relax left out (one term: batch 1, one pixel):
+                # the error itself, narrowed as every error is
+                q = self.quantized(value, "a bias gradient")
+                grads.append(self.emit(R.astype(q.q, INT32)))
+            else:
                 raise UnsupportedOpError("precision='int8': a gradient that is not an "
                                          "integer sum")
-            grads.append(value.total)
         return loss, grads
 
     def visit(self, binding):
@@ -199,6 +213,11 @@ def _matmul(rw: _Rewriter, call, name):
     return Accumulator(rw.emit(R.matmul(x, w, out_dtype=INT32)), ex + ew)
 
 
+# ops that keep an accumulator a sum: narrowing it later narrows the same numbers (a
+# reshape), or only those the step keeps (a crop of a gradient computed a little too wide)
+KEEPS_SUM = ("relax.reshape", "relax.strided_slice")
+
+
 def _same_on_values(make):
     """An op that moves int8 values (reshape, transpose): the same op, the same exponent;
     of a parameter, the parameter's values moved."""
@@ -206,8 +225,11 @@ def _same_on_values(make):
         value = rw.env[call.args[0]]
         if isinstance(value, Parameter):
             return Parameter(value.name, rw.emit(make(value.var, call)), value.e)
-        if isinstance(value, Accumulator) and call.op.name == "relax.reshape":
-            return Accumulator(rw.emit(make(value.total, call)), value.exponents)
+        if isinstance(value, Accumulator) and call.op.name in KEEPS_SUM:
+            view = (value, lambda x: make(x, call)) if call.op.name == "relax.reshape" \
+                else None
+            return Accumulator(rw.emit(make(value.total, call)), value.exponents,
+                               value.error_sum, view)
         q = rw.quantized(value, name)
         return Quantized(rw.emit(make(q.q, call)), q.e)
     return rule
@@ -277,7 +299,8 @@ def _max_pool2d_backward(rw: _Rewriter, call, name):
 def _collapse_sum_to(rw: _Rewriter, call, name):
     err = rw.quantized(rw.env[call.args[0]], name)
     wide = rw.emit(R.astype(err.q, INT32))
-    return Accumulator(rw.emit(R.collapse_sum_to(wide, call.args[1])), [err.e])
+    return Accumulator(rw.emit(R.collapse_sum_to(wide, call.args[1])), [err.e],
+                       error_sum=True)
 
 
 def _average(rw: _Rewriter, q: Quantized, total, n: int) -> Accumulator:
@@ -366,6 +389,8 @@ RULES = {
     "relax.grad.max_pool2d_backward": _max_pool2d_backward,
     "relax.collapse_sum_to": _collapse_sum_to,
     "relax.broadcast_to": _same_on_values(lambda x, c: R.broadcast_to(x, c.args[1])),
+    "relax.strided_slice": _same_on_values(lambda x, c: relax.Call(c.op, [x, *c.args[1:]],
+                                                                  c.attrs)),
     "relax.nn.avg_pool2d": _avg_pool2d,
     "relax.grad.avg_pool2d_backward": _avg_pool2d_backward,
     "relax.mean": _mean,

@@ -1,0 +1,62 @@
+"""An int8 (NITI) trainer against the numpy reference, step by step: the check the tests and
+the fuzzer's int8 cases make of the generated C.
+
+The reference (niti_reference.py, read off the model's ATen graph, each BatchNorm folded
+first as the compile folds it) gives each step's loss and integer gradients; NITI's update
+rule (niti/update.py) applied to them gives the parameters the C must hold after the step,
+bit for bit; predict's output after the last step must be the reference's too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..niti.rescale import ADAPTIVE, EXACT_COUNTED, SKIPS
+from ..niti.update import niti_update
+from ..training.batch_norm_folding import fold_batch_norms
+from .niti_reference import NitiGraphReference
+
+LOSS_TOLERANCE = 1e-6  # the loss is float maths on both sides (log-sum-exp), not integers
+
+
+@dataclass
+class NitiComparison:
+    differences: list[str] = field(default_factory=list)  # empty: bit-exact
+    moved: int = 0  # parameter elements that changed over the run
+    skipped: int = 0  # shift reductions the reference's adaptive sites skipped
+
+
+def compare_with_reference(trainer, model, batches, config) -> NitiComparison:
+    """Train `trainer` (an int8 compile of `model`, fresh) on `batches` of (x, labels) beside
+    the reference with `config` (ub.NITI); stop at the first step that differs."""
+    model = fold_batch_norms(model)  # what the compile trains
+    mode = ADAPTIVE if config.adaptive_rescale else EXACT_COUNTED
+    example = torch.as_tensor(np.asarray(batches[0][0]))
+    reference = NitiGraphReference(model, example, mode, config.max_interval)
+    state = trainer.parameters()
+    names = [n for n, _ in model.named_parameters()]
+    params = {n: (state[n], int(state[f"{n}.exponent"][0])) for n in names}
+    out = NitiComparison()
+    for step, (x, y) in enumerate(batches):
+        x, y = np.asarray(x), np.asarray(y)
+        loss = trainer.step(x, y)
+        want_loss, grads = reference.step(x, y, params)
+        params = {n: (niti_update(v, grads[n], config.mu_at(step)).astype(v.dtype), e)
+                  for n, (v, e) in params.items()}
+        got = trainer.parameters()
+        out.differences += [f"step {step}: {n} differs in {int((got[n] != params[n][0]).sum())}"
+                            f" of {got[n].size} elements" for n in names
+                            if not np.array_equal(got[n], params[n][0])]
+        if abs(loss - want_loss) > LOSS_TOLERANCE * abs(want_loss):
+            out.differences.append(f"step {step}: loss {loss} against {want_loss}")
+        if out.differences:
+            return out
+    out.moved = sum(int((got[n] != state[n]).sum()) for n in names)
+    x = np.asarray(batches[-1][0])
+    if not np.array_equal(trainer.predict(x), reference.predict(x, params)):
+        out.differences.append("predict's output differs")
+    out.skipped = sum(int(row[SKIPS]) for row in reference.sites.rows.values())
+    return out

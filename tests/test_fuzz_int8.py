@@ -1,0 +1,25 @@
+"""The int8 fuzzer's fixed-seed tier: random models in the int8 op set (residual adds,
+depthwise and grouped convs, BatchNorm to fold, pooling), compiled through the int8 step
+derived from the float graph and checked bit for bit against NITI's numpy reference
+(tools/fuzzing/int8_case.py). `python -m tools.fuzzing --precision int8 --seeds A:B` runs
+any other range."""
+
+import pytest
+import torch
+
+from tools.fuzzing.graphs import source
+from tools.fuzzing.int8_case import draw_int8_case, run_int8_case
+
+SEEDS = 8
+
+
+@pytest.mark.parametrize("seed", range(SEEDS))
+def test_random_int8_model_trains_as_the_numpy_reference(seed, tmp_path):
+    torch.set_num_threads(1)
+    case = draw_int8_case(seed)
+    outcome = run_int8_case(case, tmp_path)
+    assert outcome.status in ("match", "unsupported"), (
+        f"seed {seed}: {outcome.status}\n{outcome.detail}\n\n{case.config}\n"
+        f"{source(case.graph)}")
+    if outcome.status == "unsupported":  # a clear refusal that names the op or layer
+        assert "precision='int8'" in outcome.detail, outcome.detail

@@ -1,0 +1,109 @@
+"""One int8 case of the differential fuzzer: a random model in the int8 op set, trained
+through the int8 step derived from the float graph (pipeline/int8_graph.py) and checked bit
+for bit against NITI's numpy reference (ubitrain.fidelity.niti_check).
+
+The draw is the float fuzzer's (graphs.py) restricted to what NITI has an integer form
+for: convs (plain, strided, padded, grouped, depthwise; not dilated), Linear on features,
+ReLU, BatchNorm (folded into the layer before it; one that follows anything else is refused
+as unsupported), max and average pooling over windows that tile the map, the global
+average, residual adds of equal shapes, and flatten; 4-D inputs, cross-entropy, and graphs
+with one leaf (the head's concat has no integer form yet). NITI's mu, the rescaling
+(counted or adaptive, intervals up to 4) and 1 to 3 steps are drawn too.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from ubitrain.api import compile_with
+from ubitrain.errors import UnsupportedOpError
+from ubitrain.fidelity.niti_check import compare_with_reference
+from ubitrain.int8.update import NITI
+from ubitrain.pipeline.int8_graph import INT8_GRAPH
+
+from .case import Outcome, seeded_batches
+from .graphs import Graph, instantiate, random_graph
+
+INT8_OPS = ("conv2d", "linear", "relu", "batch_norm", "max_pool2d", "avg_pool2d",
+            "global_avg_pool", "binary", "flatten")
+
+
+def accepts(name: str, a: dict, shapes: list[tuple], producers: list[str]) -> bool:
+    """Whether a node the float draw made is in the int8 op set's reach."""
+    if name == "batch_norm":  # folded into the conv before it
+        return producers[0] == "conv2d"
+    if name == "conv2d":
+        return a["d"] == 1 and a["pad"] != "same"
+    if name == "linear":
+        return len(shapes[0]) == 2
+    if name in ("max_pool2d", "avg_pool2d"):  # windows that tile the map
+        return (a["s"] or a["k"]) == a["k"] and a["p"] == 0 and not a["ceil"] \
+            and a.get("d", 1) == 1
+    if name == "binary":
+        return a["form"] == "add" and shapes[0] == shapes[1]
+    return True
+
+
+def _input_shape(rng: random.Random) -> tuple[int, ...]:
+    return (rng.choice([1, 2, 4, 8]), rng.randint(1, 4), rng.randint(4, 12), rng.randint(4, 12))
+
+
+@dataclass
+class Int8Case:
+    seed: int
+    graph: Graph
+    config: NITI
+    steps: int
+
+
+def draw_int8_case(seed: int) -> Int8Case:
+    rng = random.Random(seed)
+    while True:
+        graph = random_graph(rng, INT8_OPS, accepts, _input_shape)
+        if len(graph.leaves()) == 1:
+            break
+    graph = replace(graph, loss="cross_entropy", outputs=max(graph.outputs, 2))
+    config = NITI(mu=(rng.randint(3, 6),), milestones=(), adaptive_rescale=rng.random() < 0.5,
+                  max_interval=rng.choice([1, 2, 4]))
+    return Int8Case(seed, graph, config, rng.randint(1, 3))
+
+
+def run_int8_case(case: Int8Case, workdir: Path | None = None) -> Outcome:
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=workdir, prefix=f"fuzz8_{case.seed}_") as tmp:
+        try:
+            outcome = _run(case, Path(tmp))
+        except UnsupportedOpError as err:
+            outcome = Outcome(case.seed, "unsupported", str(err))
+        except Exception as err:  # noqa: BLE001 - any other failure of ubitrain is a finding
+            outcome = Outcome(case.seed, "internal error", "".join(
+                traceback.format_exception_only(type(err), err)).strip()
+                + "\n" + traceback.format_exc(limit=-3))
+    outcome.seconds = time.perf_counter() - start
+    return outcome
+
+
+def _run(case: Int8Case, tmp: Path) -> Outcome:
+    g = case.graph
+    model = instantiate(g, case.seed)
+    batches = [(x.numpy(), y.numpy()) for x, y in seeded_batches(
+        case.seed, 0, g.input_shape, case.steps, g.loss, g.outputs)]
+    pkg = compile_with(INT8_GRAPH, model, (batches[0][0],), batches[0][1].astype(np.int64),
+                       "cross_entropy", case.config, None, "host", None, tmp / "m", False,
+                       None, (), (), None)
+    trainer = pkg.build()
+    try:
+        run = compare_with_reference(trainer, model, batches, case.config)
+    finally:
+        getattr(trainer, "close", lambda: None)()  # an emulated trainer's process
+    if run.differences:
+        return Outcome(case.seed, "mismatch", "; ".join(run.differences))
+    return Outcome(case.seed, "match", f"{run.moved} parameter elements moved, "
+                                       f"{run.skipped} reductions skipped")
