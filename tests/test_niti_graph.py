@@ -37,20 +37,22 @@ class Residual(nn.Module):
 
 
 class DepthwiseAveraging(nn.Module):
-    """A depthwise conv in a residual block, a grouped conv, average pooling over windows
-    that leave a column out, and a global average: the MobileNet-style ops."""
+    """A depthwise conv in a residual block, a grouped conv whose output is concatenated
+    with its input, average pooling over windows that leave a column out, and a global
+    average: the MobileNet- and DenseNet-style ops."""
 
     def __init__(self):
         super().__init__()
         self.stem = nn.Conv2d(1, 8, 3, padding=1)
         self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
         self.grouped = nn.Conv2d(8, 8, 1, groups=2, bias=False)
-        self.head = nn.Linear(8, 10)
+        self.head = nn.Linear(16, 10)
 
     def forward(self, x):
         h = torch.relu(self.stem(x))
         h = torch.relu(self.dw(h)) + h
-        h = nn.functional.avg_pool2d(torch.relu(self.grouped(h)), (2, 3))
+        h = torch.cat([torch.relu(self.grouped(h)), h], 1)
+        h = nn.functional.avg_pool2d(h, (2, 3))
         return self.head(nn.functional.adaptive_avg_pool2d(h, 1).flatten(1))
 
 

@@ -17,7 +17,7 @@ from tvm import te
 
 from ubitrain.kernels.library import KernelLibrary
 from ubitrain.lowering import niti_kernels
-from ubitrain.niti import loss, quantize, rounding
+from ubitrain.niti import align, loss, quantize, rounding
 from ubitrain.niti.rescale import ADAPTIVE, EXACT_COUNTED, EXPONENT, site_shift
 from ubitrain.niti.update import niti_update
 from ubitrain.project.emit import RUNTIME_C
@@ -41,6 +41,9 @@ CASES = {  # name -> (kernel, input (shape, dtype)s, attributes)
     "dequantize": (niti_kernels.niti_dequantize, [((N,), "int8"), ((1,), "int32")], {}),
     "align_add": (niti_kernels.niti_align_add,
                   [((N,), "int8"), ((1,), "int32"), ((N,), "int8"), ((1,), "int32")], {}),
+    "align_concat": (niti_kernels.niti_align_concat,  # three parts on axis 1
+                     [((2, 3, 4), "int8"), ((2, 1, 4), "int8"), ((2, 5, 4), "int8"),
+                      ((1,), "int32"), ((1,), "int32"), ((1,), "int32")], {"axis": 1}),
     "align_bias": (niti_kernels.niti_align_bias,
                    [((3, 5, 2), "int32"), ((1,), "int32"), ((1,), "int32"), ((5,), "int32"),
                     ((1,), "int32")], {}),
@@ -161,6 +164,23 @@ def test_aligned_sum_is_exact_while_the_shift_fits(kernels):
             value = lambda q, k: [int(v) * 2.0 ** int(k) for v in q]  # noqa: E731
             assert value(total, e[0]) == [x + y for x, y in zip(value(a, ea[0]),
                                                                 value(b, eb[0]))]
+
+
+def test_concat_aligns_its_parts_as_numpy(kernels):
+    """Each part RoundShift'ed to max(coarsest - ALIGN_BITS, finest): exponent gaps beyond
+    ALIGN_BITS included."""
+    rng = np.random.default_rng(6)
+    for _ in range(TRIALS):
+        parts = [rng.integers(-127, 128, shape).astype(np.int8)
+                 for shape in ((2, 3, 4), (2, 1, 4), (2, 5, 4))]
+        exps = [_exponent(rng) for _ in parts]
+        total, e = kernels["align_concat"](*parts, *exps)
+        want, want_e = align.aligned_concat([(q, int(x[0])) for q, x in zip(parts, exps)], 1)
+        np.testing.assert_array_equal(total, want)
+        assert e[0] == want_e
+        if max(exps)[0] - min(exps)[0] <= niti_kernels.ALIGN_BITS:  # exact: the values
+            exact = np.concatenate([q * 2.0 ** int(x[0]) for q, x in zip(parts, exps)], 1)
+            np.testing.assert_array_equal(total * 2.0 ** int(e[0]), exact)
 
 
 def test_bias_is_aligned_to_the_accumulator(kernels):

@@ -6,9 +6,9 @@ The draw is the float fuzzer's (graphs.py) restricted to what NITI has an intege
 for: convs (plain, strided, padded, grouped, depthwise; not dilated), Linear on features,
 ReLU, BatchNorm (folded into the layer before it; one that follows anything else is refused
 as unsupported), max and average pooling over windows that tile the map, the global
-average, residual adds of equal shapes, and flatten; 4-D inputs, cross-entropy, and graphs
-with one leaf (the head's concat has no integer form yet). NITI's mu, the rescaling
-(counted or adaptive, intervals up to 4) and 1 to 3 steps are drawn too.
+average, residual adds of equal shapes, concat on any axis, and flatten; 4-D inputs and
+cross-entropy (the head concatenates the leaves). NITI's mu, the rescaling (counted or
+adaptive, intervals up to 4) and 1 to 3 steps are drawn too.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from .case import Outcome, seeded_batches
 from .graphs import Graph, instantiate, random_graph
 
 INT8_OPS = ("conv2d", "linear", "relu", "batch_norm", "max_pool2d", "avg_pool2d",
-            "global_avg_pool", "binary", "flatten")
+            "global_avg_pool", "binary", "cat", "flatten")
 
 
 def accepts(name: str, a: dict, shapes: list[tuple], producers: list[str]) -> bool:
@@ -65,10 +65,7 @@ class Int8Case:
 
 def draw_int8_case(seed: int) -> Int8Case:
     rng = random.Random(seed)
-    while True:
-        graph = random_graph(rng, INT8_OPS, accepts, _input_shape)
-        if len(graph.leaves()) == 1:
-            break
+    graph = random_graph(rng, INT8_OPS, accepts, _input_shape)
     graph = replace(graph, loss="cross_entropy", outputs=max(graph.outputs, 2))
     config = NITI(mu=(rng.randint(3, 6),), milestones=(), adaptive_rescale=rng.random() < 0.5,
                   max_interval=rng.choice([1, 2, 4]))

@@ -33,7 +33,7 @@ import torch
 
 from ..errors import UnsupportedOpError
 from ..frontend.torch_export import export_module
-from ..niti.align import align_bias, aligned_sum
+from ..niti.align import align_bias, aligned_concat, aligned_sum
 from ..niti.int_conv import conv2d, conv2d_input_grad, conv2d_weight_grad
 from ..niti.loss import cross_entropy, softmax_xent_grad
 from ..niti.pooling import AVERAGE_BITS, avg_pool, avg_pool_backward, max_pool, max_pool_backward
@@ -164,7 +164,7 @@ class NitiGraphReference:
             if node not in errors:
                 continue
             err, ee = errors.pop(node)
-            for target, (g, eg) in self.backward(node, values, err, ee).items():
+            for target, (g, eg) in self.backward(node, values, err, ee):
                 if target.name in self.names:
                     grads[self.names[target.name]] = g
                 elif target.op == "call_function":
@@ -200,6 +200,10 @@ class NitiGraphReference:
             (a, ea), (b, eb) = args[0].int8(), args[1].int8()
             total, e = aligned_sum(a, ea, b, eb)
             return Value(total=total, e=e)
+        if op == aten.cat.default:
+            dim = node.args[1] if len(node.args) > 1 else 0
+            total, e = aligned_concat([values[t].int8() for t in node.args[0]], dim)
+            return Value(total=total, e=e)
         if op in (aten.relu.default, aten.relu_.default):
             q, e = args[0].int8()
             return Value(np.maximum(q, 0), e)
@@ -215,8 +219,20 @@ class NitiGraphReference:
             return Value(q.reshape(tuple(node.meta["val"].shape)), e)
         raise UnsupportedOpError(f"the NITI reference has no rule for {op}")
 
-    # ---- backward: {input node: (error or gradient, exponent)} -------------------------------
-    def backward(self, node, values, err, ee):
+    # ---- backward: [(input node, (error or gradient, exponent))] ----------------------------
+    def backward(self, node, values, err, ee) -> list:
+        """Each input's share of the error, in the order of the inputs (a node read twice,
+        as in x + x, gets two)."""
+        if node.target == aten.add.Tensor:
+            return [(a, (err, ee)) for a in node.args]
+        if node.target == aten.cat.default:
+            dim = node.args[1] if len(node.args) > 1 else 0
+            sizes = [values[t].int8()[0].shape[dim] for t in node.args[0]]
+            parts = np.split(err, np.cumsum(sizes)[:-1], axis=dim)
+            return [(t, (p, ee)) for t, p in zip(node.args[0], parts)]
+        return list(self._backward_one(node, values, err, ee).items())
+
+    def _backward_one(self, node, values, err, ee) -> dict:
         op, args = node.target, node.args
         out = {}
         if op in (aten.conv2d.default, aten.linear.default):
@@ -238,8 +254,6 @@ class NitiGraphReference:
             if args[0].op == "call_function":
                 out[args[0]] = self.narrow(total, ee + w.e, "error", node.name)
             return out
-        if op == aten.add.Tensor:
-            return {a: (err, ee) for a in args}
         if op in (aten.relu.default, aten.relu_.default):
             return {args[0]: (np.where(values[node].q > 0, err, 0), ee)}
         if op == aten.max_pool2d.default:

@@ -8,6 +8,9 @@ same, so the generated C must equal it bit for bit.
 
 from __future__ import annotations
 
+import functools
+import itertools
+
 from tvm import te, tirx
 
 from ..niti.align import ALIGN_BITS
@@ -181,6 +184,31 @@ def niti_align_add(a, ea, b, eb, acc: str):
     return [out, e]
 
 
+def niti_align_concat(*rest, axis: int, acc: str):
+    """int8 parts (the first half of `rest`; their exponents the second) joined along `axis`
+    at the exponent max(max e - ALIGN_BITS, min e), each RoundShift'ed to it."""
+    n = len(rest) // 2
+    parts, exps = rest[:n], rest[n:]
+    common = te.compute((1,), lambda i: tirx.max(
+        functools.reduce(tirx.max, [e[0] for e in exps]) - i32(ALIGN_BITS),
+        functools.reduce(tirx.min, [e[0] for e in exps])), name="concat_e")
+    offsets = list(itertools.accumulate([int(p.shape[axis]) for p in parts], initial=0))
+    shape = list(parts[0].shape)
+    shape[axis] = offsets[-1]
+
+    def joined(*i):
+        value = None
+        for k in reversed(range(n)):  # the last part's test first, then each earlier one
+            j = list(i)
+            j[axis] = i[axis] - offsets[k]
+            part = round_shift(parts[k](*j).astype(I64), common[0] - exps[k][0]).astype(I32)
+            value = part if value is None else tirx.if_then_else(  # lazy: no read beyond
+                i[axis] >= offsets[k + 1], value, part)  # the part's own range
+        return value
+
+    return [te.compute(shape, joined, name="concat_aligned"), common]
+
+
 def niti_align_bias(total, *rest, acc: str):
     """total (int32, channels on dimension 1; exponent the sum of the exponent tensors in
     `rest` before the bias) + bias (int32 [C] at its exponent), aligned to total's."""
@@ -313,5 +341,6 @@ def niti_update(param, grad, mu):
 
 
 NITI_KERNELS = {f.__name__: f for f in (
-    niti_rescale, niti_rescale_exact, niti_align_add, niti_align_bias, niti_quantize,
+    niti_rescale, niti_rescale_exact, niti_align_add, niti_align_concat, niti_align_bias,
+    niti_quantize,
     niti_dequantize, niti_softmax_xent)}

@@ -27,3 +27,13 @@ def align_bias(total, exponent: int, bias, bias_exponent: int) -> np.ndarray:
     shape = [1] * total.ndim
     shape[1] = -1
     return as_i64(total) + b.reshape(shape)
+
+
+def aligned_concat(parts, axis: int) -> tuple[np.ndarray, int]:
+    """Int8 tensors [(q, e), ...] joined along `axis` at one exponent, as (int64, exponent):
+    the exponent the aligned sum of the finest and the coarsest would have (the coarsest's
+    minus at most ALIGN_BITS), each part RoundShift'ed to it (a left shift for all but parts
+    finer than that)."""
+    exponents = [e for _, e in parts]
+    common = max(max(exponents) - ALIGN_BITS, min(exponents))
+    return np.concatenate([round_shift(q, common - e) for q, e in parts], axis=axis), common

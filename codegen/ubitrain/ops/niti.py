@@ -57,6 +57,16 @@ def align_add(a, ea, b, eb):
                       [relax.TensorType(shape, "int32"), EXPONENT_TYPE])
 
 
+def align_concat(parts, axis: int):
+    """Int8 tensors [(q, e), ...] joined along `axis` as an int32 accumulator at one
+    exponent (niti/align.py aligned_concat): (int32, exponent)."""
+    shapes = [[int(d) for d in q.ty.shape] for q, _ in parts]
+    shape = list(shapes[0])
+    shape[axis] = sum(s[axis] for s in shapes)
+    return fused_call("niti_align_concat", [q for q, _ in parts] + [e for _, e in parts],
+                      [relax.TensorType(tuple(shape), "int32"), EXPONENT_TYPE], axis=axis)
+
+
 def align_bias(total, exponents, bias, bias_exponent):
     """An int32 accumulator (its exponent the sum of `exponents`) plus an int32 bias with its
     own exponent, broadcast over dimension 1, aligned to the accumulator's exponent."""

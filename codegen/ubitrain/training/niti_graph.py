@@ -161,6 +161,8 @@ class _Rewriter:
             return self.env[value]
         if isinstance(value, relax.TupleGetItem):
             return self.env[value.tuple_value][value.index]
+        if isinstance(value, relax.Tuple):
+            return [self.env.get(f, f) for f in value.fields]
         if not isinstance(value, relax.Call):
             raise UnsupportedOpError(f"precision='int8': {binding.var.name} is a "
                                      f"{type(value).__name__}")
@@ -249,6 +251,27 @@ def _add(rw: _Rewriter, call, name):
     out = rw.emit(niti.align_add(qa.q, qa.e, qb.q, qb.e))
     return Accumulator(rw.emit(relax.TupleGetItem(out, 0)),
                        [rw.emit(relax.TupleGetItem(out, 1))])
+
+
+def _concat(rw: _Rewriter, call, name):
+    tensors = call.args[0]
+    fields = tensors.fields if isinstance(tensors, relax.Tuple) else rw.env[tensors]
+    parts = [rw.quantized(rw.env.get(f, f), name) for f in fields]
+    axis = int(call.attrs.axis) % len(_shape(parts[0].q))
+    out = rw.emit(niti.align_concat([(p.q, p.e) for p in parts], axis))
+    return Accumulator(rw.emit(relax.TupleGetItem(out, 0)),
+                       [rw.emit(relax.TupleGetItem(out, 1))])
+
+
+def _split(rw: _Rewriter, call, name):
+    """The error of a concat, back to its parts: each at the error's exponent."""
+    q = rw.quantized(rw.env[call.args[0]], name)
+    a = call.attrs
+    indices = a.indices_or_sections
+    out = rw.emit(R.split(q.q, indices if isinstance(indices, int) else
+                          [int(i) for i in indices], int(a.axis)))
+    count = indices if isinstance(indices, int) else len(indices) + 1
+    return [Quantized(rw.emit(relax.TupleGetItem(out, k)), q.e) for k in range(int(count))]
 
 
 def _relu(rw: _Rewriter, call, name):
@@ -382,6 +405,8 @@ RULES = {
     "relax.reshape": _same_on_values(lambda x, c: R.reshape(x, c.args[1])),
     "relax.permute_dims": _same_on_values(lambda x, c: R.permute_dims(x, c.attrs.axes)),
     "relax.add": _add,
+    "relax.concat": _concat,
+    "relax.split": _split,
     "relax.nn.relu": _relu,
     "relax.greater": _greater_than_zero,
     "relax.where": _where,
