@@ -58,7 +58,7 @@ class DepthwiseAveraging(nn.Module):
 
 class OrdinaryCNN(nn.Module):
     """Biases, BatchNorm (with running statistics a pretrained net would have), a depthwise
-    conv and a residual add: what the int8 path must train. Each BatchNorm is folded into
+    conv, a residual add and ReLU6: what the int8 path must train. Each BatchNorm is folded into
     its conv (training/batch_norm_folding.py) before the integer step is derived."""
 
     def __init__(self):
@@ -66,7 +66,8 @@ class OrdinaryCNN(nn.Module):
         self.stem = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
         self.dw = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.BatchNorm2d(8),
                                 nn.ReLU())
-        self.pw = nn.Sequential(nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        self.pw = nn.Sequential(nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16),
+                                nn.ReLU6())
         self.head = nn.Linear(16, 10)
         gen = torch.Generator().manual_seed(2)
         for bn in (self.stem[1], self.dw[1], self.pw[1]):

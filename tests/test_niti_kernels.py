@@ -44,6 +44,7 @@ CASES = {  # name -> (kernel, input (shape, dtype)s, attributes)
     "align_concat": (niti_kernels.niti_align_concat,  # three parts on axis 1
                      [((2, 3, 4), "int8"), ((2, 1, 4), "int8"), ((2, 5, 4), "int8"),
                       ((1,), "int32"), ((1,), "int32"), ((1,), "int32")], {"axis": 1}),
+    "bound6": (niti_kernels.niti_int8_bound, [((1,), "int32")], {"value": 6}),
     "align_bias": (niti_kernels.niti_align_bias,
                    [((3, 5, 2), "int32"), ((1,), "int32"), ((1,), "int32"), ((5,), "int32"),
                     ((1,), "int32")], {}),
@@ -181,6 +182,16 @@ def test_concat_aligns_its_parts_as_numpy(kernels):
         if max(exps)[0] - min(exps)[0] <= niti_kernels.ALIGN_BITS:  # exact: the values
             exact = np.concatenate([q * 2.0 ** int(x[0]) for q, x in zip(parts, exps)], 1)
             np.testing.assert_array_equal(total * 2.0 ** int(e[0]), exact)
+
+
+def test_relu6_bound_is_six_at_every_exponent(kernels):
+    """ReLU6's bound as an int8 code: 6 / 2^e rounded half away, clipped to 127, for every
+    exponent an activation can have (and far beyond)."""
+    for e in range(-80, 20):
+        (got,) = kernels["bound6"](np.array([e], np.int32))
+        assert got[0] == rounding.int8_bound(6, e)
+        want = min(127, int(np.floor(6 / 2.0 ** e + 0.5)))  # half away from zero, 6 > 0
+        assert got[0] == want, e
 
 
 def test_bias_is_aligned_to_the_accumulator(kernels):

@@ -39,7 +39,7 @@ from ..niti.loss import cross_entropy, softmax_xent_grad
 from ..niti.pooling import AVERAGE_BITS, avg_pool, avg_pool_backward, max_pool, max_pool_backward
 from ..niti.quantize import dequantize, quantize
 from ..niti.rescale import EXACT, EXACT_COUNTED, SITE_FIELDS, site_shift
-from ..niti.rounding import as_i64, clip8, round_shift
+from ..niti.rounding import as_i64, clip8, int8_bound, round_shift
 
 aten = torch.ops.aten
 
@@ -66,6 +66,14 @@ def _groups(args) -> int:
     if len(args) > 5 and _pair(args[5], 1) != (1, 1):
         raise UnsupportedOpError("the NITI reference has no rule for a dilated convolution")
     return args[6] if len(args) > 6 else 1
+
+
+def _relu6_top(node, exponent: int) -> int:
+    low = node.args[1] if len(node.args) > 1 else -1.0  # hardtanh's defaults
+    high = node.args[2] if len(node.args) > 2 else 1.0
+    if low != 0 or high <= 0 or high != int(high):
+        raise UnsupportedOpError(f"the NITI reference has no rule for hardtanh({low}, {high})")
+    return int8_bound(int(high), exponent)
 
 
 def _map_shape(node) -> tuple[int, ...]:
@@ -207,6 +215,9 @@ class NitiGraphReference:
         if op in (aten.relu.default, aten.relu_.default):
             q, e = args[0].int8()
             return Value(np.maximum(q, 0), e)
+        if op == aten.hardtanh.default:  # ReLU6
+            q, e = args[0].int8()
+            return Value(np.clip(q, 0, _relu6_top(node, e)), e)
         if op == aten.max_pool2d.default:
             q, e = args[0].int8()
             return Value(max_pool(q, _pair(args[1], None)), e)
@@ -256,6 +267,9 @@ class NitiGraphReference:
             return out
         if op in (aten.relu.default, aten.relu_.default):
             return {args[0]: (np.where(values[node].q > 0, err, 0), ee)}
+        if op == aten.hardtanh.default:
+            q, e = values[args[0]].int8()
+            return {args[0]: (np.where((q > 0) & (q < _relu6_top(node, e)), err, 0), ee)}
         if op == aten.max_pool2d.default:
             q, _ = values[args[0]].int8()
             return {args[0]: (max_pool_backward(q, err, _pair(args[1], None)), ee)}

@@ -16,6 +16,7 @@ from tvm import te, tirx
 from ..niti.align import ALIGN_BITS
 from ..niti.loss import ERROR_SHIFT, GRAD_FRACTION_BITS, LOG2E_Q15, TOP_EXPONENT
 from ..niti.rescale import ADAPTIVE, COUNTDOWN, EXACT, EXPONENT, INTERVAL, REDUCTIONS, SHIFT, SKIPS
+from ..niti.rounding import LOWEST_BOUND_EXPONENT
 from ..niti.update import BIAS_MU_OFFSET
 from .tir_lower import KEEP_STAGE
 
@@ -264,6 +265,12 @@ def pow2f(e):
     return tirx.reinterpret("float32", tirx.Select(e >= i32(-126), normal, tiny))
 
 
+def niti_int8_bound(e, value: int, acc: str):
+    """niti/rounding.py int8_bound: RoundShift(value, e) clipped, e at least -16."""
+    return te.compute((1,), lambda i: clip8(round_shift(
+        i64(value), tirx.max(e[0], i32(LOWEST_BOUND_EXPONENT)))).astype("int8"), name="bound")
+
+
 def niti_dequantize(q, e, acc: str):
     return te.compute(q.shape, lambda *i: q(*i).astype("float32") * pow2f(e[0]),
                       name="dequant")
@@ -342,5 +349,5 @@ def niti_update(param, grad, mu):
 
 NITI_KERNELS = {f.__name__: f for f in (
     niti_rescale, niti_rescale_exact, niti_align_add, niti_align_concat, niti_align_bias,
-    niti_quantize,
+    niti_int8_bound, niti_quantize,
     niti_dequantize, niti_softmax_xent)}

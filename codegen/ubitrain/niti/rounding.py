@@ -96,3 +96,12 @@ def rescale_to_int8(acc, bits: int = 7) -> tuple[np.ndarray, int]:
     """An int32 accumulator to int8 with RoundShift: (values, shift)."""
     s = shift_for(acc, bits)
     return clip8(round_shift(acc, s)), s
+
+
+LOWEST_BOUND_EXPONENT = -16  # 2^16 times any bound an activation clips at is beyond int8
+
+
+def int8_bound(value: int, exponent: int) -> int:
+    """The int8 code at `exponent` of an activation's clipping bound `value` (ReLU6's 6):
+    RoundShift(value, exponent), clipped to 127."""
+    return int(clip8(round_shift(value, max(exponent, LOWEST_BOUND_EXPONENT))))

@@ -73,6 +73,11 @@ def align_bias(total, exponents, bias, bias_exponent):
     return fused_call("niti_align_bias", [total, *exponents, bias, bias_exponent], total.ty)
 
 
+def int8_bound(e, value: int):
+    """The int8 code (1,) at exponent `e` of a clipping bound `value` (niti/rounding.py)."""
+    return fused_call("niti_int8_bound", [e], relax.TensorType((1,), "int8"), value=value)
+
+
 def softmax_xent_grad(logits, e, labels):
     """NITI's integer softmax cross-entropy gradient (niti/loss.py): (int8 error with
     exponent 0, the float loss of the dequantized logits)."""

@@ -288,6 +288,49 @@ def _greater_than_zero(rw: _Rewriter, call, name):
     return Mask(rw.emit(R.greater(q.q, relax.const(0, INT8))))
 
 
+def _scalar(arg) -> float | None:
+    """The number a TIR immediate (clip's bounds) or a 0-d constant holds (None: neither)."""
+    if isinstance(arg, (tvm.tirx.FloatImm, tvm.tirx.IntImm)):
+        return float(arg.value)
+    if isinstance(arg, tvm.ir.Constant) and not _shape(arg):
+        return float(arg.value.numpy())
+    return None
+
+
+def _integer_bound(arg, name) -> int:
+    value = _scalar(arg)
+    if value is None or value <= 0 or value != int(value):
+        raise UnsupportedOpError(f"precision='int8': {name} clips at {value}; an integer "
+                                 "form exists for a positive integer bound (ReLU6)")
+    return int(value)
+
+
+def _clip(rw: _Rewriter, call, name):
+    """ReLU6 (a clip to [0, m], m a positive integer): on int8 values, m's code at the
+    input's exponent (niti/rounding.py int8_bound) as the upper bound."""
+    if _scalar(call.args[1]) != 0.0:
+        raise UnsupportedOpError(f"precision='int8': {name} clips from other than 0")
+    bound = _integer_bound(call.args[2], name)
+    q = rw.quantized(rw.env[call.args[0]], name)
+    top = rw.emit(niti.int8_bound(q.e, bound))
+    return Quantized(rw.emit(R.minimum(rw.emit(R.maximum(q.q, relax.const(0, INT8))), top)),
+                     q.e)
+
+
+def _less(rw: _Rewriter, call, name):
+    """ReLU6's backward mask: below the bound, compared on int8 codes."""
+    q = rw.quantized(rw.env[call.args[0]], name)
+    top = rw.emit(niti.int8_bound(q.e, _integer_bound(call.args[1], name)))
+    return Mask(rw.emit(R.less(q.q, top)))
+
+
+def _logical_and(rw: _Rewriter, call, name):
+    a, b = (rw.env[x] for x in call.args)
+    if not (isinstance(a, Mask) and isinstance(b, Mask)):
+        raise UnsupportedOpError(f"precision='int8': {name} joins other than two masks")
+    return Mask(rw.emit(R.logical_and(a.mask, b.mask)))
+
+
 def _where(rw: _Rewriter, call, name):
     mask, value, other = (rw.env.get(a, a) for a in call.args)
     if not (isinstance(mask, Mask) and isinstance(other, tvm.ir.Constant)
@@ -409,6 +452,9 @@ RULES = {
     "relax.split": _split,
     "relax.nn.relu": _relu,
     "relax.greater": _greater_than_zero,
+    "relax.clip": _clip,
+    "relax.less": _less,
+    "relax.logical_and": _logical_and,
     "relax.where": _where,
     "relax.nn.max_pool2d": _max_pool2d,
     "relax.grad.max_pool2d_backward": _max_pool2d_backward,
