@@ -34,12 +34,13 @@ FLOAT32_EPS = float(np.finfo(np.float32).eps)
 
 
 # the ops whose output value jumps at its kink, not only its derivative (a comparison's 0 or 1;
-# the index max.dim returns): near such an element even the forward of two correct float32
-# programs may differ by a whole step. At the others (ReLU, clamps, the pools' maxima) the
-# value is continuous: a near-kink element moves the forward by rounding alone.
+# the index max.dim returns; threshold, unless its value is its threshold as in ReLU): near
+# such an element even the forward of two correct float32 programs may differ by a whole
+# step. At the others (ReLU, clamps, the pools' maxima) the value is continuous: a near-kink
+# element moves the forward by rounding alone.
 VALUE_JUMPS = frozenset(str(getattr(getattr(aten, cmp), overload)) for cmp in
                         ("gt", "lt", "ge", "le") for overload in ("Tensor", "Scalar")) | \
-    {str(aten.max.dim)}
+    {str(aten.max.dim), str(aten.threshold.default), str(aten.threshold_.default)}
 
 
 def _pair(v):
