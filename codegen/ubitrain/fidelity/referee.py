@@ -37,6 +37,16 @@ of every near-kink element in PyTorch's runs (the float32 ones pinned to that re
 run), and judges again; only a step whose near-kink ops it cannot replay, or whose float32
 runs it cannot pin, stays "near kink".
 The fuzzer draws new data for such a model.
+
+A near-kink excuse is bounded by what a kink can do. A branch taken otherwise moves the
+backward alone (ReLU's value is continuous at 0, a pool's maximum at a tie), so the values
+of the forward (the loss, the running statistics, predict's output) are never excused,
+unless an op whose value itself jumps sat near its kink (kinks.VALUE_JUMPS). A failed
+gradient, parameter or optimizer-state check is excused only within FLIP_FACTOR times its
+`kink_effect`: how far float64 PyTorch's step moves when the near elements whose side is
+unknown take the other one (all of them, and random halves); an op whose side cannot be
+forced leaves it unbounded. So a C whose forward is wrong enough that its tensors cannot be
+found for the replay (BatchNorm's eps off, on DS-CNN) is a mismatch, not "near kink".
 """
 
 from __future__ import annotations
