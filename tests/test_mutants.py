@@ -39,3 +39,48 @@ def test_mutants_of_a_small_model_are_caught(tmp_path):
     for r in mutants:
         assert r.exercised, f"{r.mutant}: {r.where}"
         assert r.caught, f"{r.mutant} ({r.where}) not caught: {r.summary}"
+
+
+class NormNearKink(nn.Module):
+    """BatchNorm over a channel of small variance (eps matters: 1e-4 for 1e-5 moves its
+    output by 0.3%), then ReLU, with two elements 2**-22 either side of the channel mean:
+    near ReLU's kink, so the step is undecided until the C's side is known. The running
+    variance is large, so that in predict eps is lost in rounding: the train step alone
+    can tell the defect."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm, self.fc = nn.BatchNorm2d(1), nn.Linear(4, 10)
+        self.norm.running_var.fill_(100.0)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.norm(x)).flatten(1))
+
+
+def _near_kink_batch():
+    # 16 values symmetric about 1.5 (their mean, exactly), spread 0.1: two of them 1.5 ± 2**-22
+    offsets = [(2 * j + 1) / 64 for j in range(7)] + [2 ** -22]
+    x = torch.tensor([1.5 + s * o for o in offsets for s in (1, -1)]).reshape(4, 1, 2, 2)
+    return x, torch.tensor([1, 3, 5, 7])
+
+
+def test_a_wrong_forward_is_not_excused_by_a_kink(tmp_path):
+    """BatchNorm's eps off (1e-4 for 1e-5) moves the C's ReLU output by more than the replay's
+    look-up allows, so its near-kink elements cannot be replayed. The step was left "near
+    kink" and the mutant escaped (ds_cnn_kws, issue #39): a kink flip moves no forward value
+    (the loss, the running statistics) and moves a gradient only so far."""
+    from ubitrain.fidelity.kinks import near_kinks
+    from ubitrain.fidelity.reference import Reference
+
+    torch.manual_seed(0)
+    model, data = NormNearKink(), [_near_kink_batch()]
+    optimizer = ub.SGD(lr=0.1)
+    reference = Reference(model, optimizer, "cross_entropy", ["norm.weight", "norm.bias",
+                                                               "fc.weight", "fc.bias"])
+    state = reference.initial_state()
+    exact = reference.step(state, {}, 1, data[0], 0, torch.float64, record=True)
+    rounded = reference.step(state, {}, 1, data[0], 0, torch.float32, record=True)
+    assert near_kinks(exact.decisions, rounded.decisions)  # the step is near a kink
+    base, eps = judge_mutants([BASELINE, mutant("bn_eps")], model, data, optimizer, tmp_path)
+    assert base.status == "match", base.summary
+    assert eps.exercised and eps.caught, f"bn_eps ({eps.where}): {eps.status}: {eps.summary}"

@@ -167,3 +167,42 @@ def test_a_tolerance_never_comes_from_a_run_on_the_other_side_of_a_kink():
         wrong = referee(_Float64Trainer(ref, "fc.weight", 0.03), ref, data, pin=pin)
         assert (wrong.status == "match") == (not pin), wrong.summary()
     assert tolerance[False] > 1 and tolerance[True] < 1e-4, tolerance
+
+
+def test_a_near_kink_excuses_no_more_than_a_flip_of_it_moves():
+    """Flipped, the ReLU's near-kink element moves fc's gradient (its first row: all or
+    nothing) and never head's (ReLU's value is continuous at the kink). A C off in fc.weight
+    within twice that stays "near kink"; off far beyond it, or off in head.weight at all,
+    is a mismatch."""
+    from ubitrain.fidelity.referee import FLIP_FACTOR, referee
+
+    torch.manual_seed(0)
+    model = ReluNearZero()
+    ref = Reference(model, ub.SGD(lr=1.0), "cross_entropy", [n for n, _ in
+                                                             model.named_parameters()])
+    data = [(torch.tensor([[W]]), torch.tensor([1]))]
+    small = referee(_Float64Trainer(ref, "fc.weight", 0.03), ref, data)
+    assert small.status == "near kink", small.summary()
+    effect = next(c.kink_effect for c in small.failures if c.name == "fc.weight")
+    assert 0.03 < effect < 10, small.summary()
+    large = referee(_Float64Trainer(ref, "fc.weight", 1.5 * FLIP_FACTOR * effect), ref, data)
+    assert large.status == "mismatch", large.summary()
+    head = referee(_Float64Trainer(ref, "head.weight", 0.03), ref, data)
+    assert head.status == "mismatch", head.summary()
+    assert next(c.kink_effect for c in head.failures if c.name == "head.weight") == 0
+
+
+def test_a_flip_moves_a_near_tie_of_a_max_pool_to_the_runner_up():
+    """What a kink flip can do (the bound of a near-kink excuse): the pool's gradient goes
+    to the other element of the window."""
+    x = torch.tensor([[[[1.0, 1.0 + 1e-12]]]], dtype=torch.float64)
+    plain, _, _ = _steps(PoolNearTie, x, None)
+    torch.manual_seed(0)
+    model = PoolNearTie()
+    ref = Reference(model, ub.SGD(lr=1.0), "cross_entropy", ["w", "head.weight", "head.bias"])
+    state, batch = ref.initial_state(), (x, torch.tensor([1]))
+    flip = SideReplay(flip=[np.array([[[[True]]]])])
+    run = ref.step(state, {}, 1, batch, 0, torch.float64, recorder=flip)
+    change = run.state["w"] - state["w"]
+    assert plain["w"][..., 0] == 0 and plain["w"][..., 1] != 0
+    assert change[..., 1] == 0 and change[..., 0] != 0 and not flip.unflipped

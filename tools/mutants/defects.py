@@ -74,13 +74,16 @@ def drop_gradient_term(text):
 
 
 # ---- BatchNorm's eps and momentum ---------------------------------------------------------
-_EPS = re.compile(r"0x1\.4f8b588e368f1p-17|9\.99999974737875\d*e-06f")
+# float32 (hex or decimal) or, where the statistics accumulate in double, a double literal
+_EPS = re.compile(r"0x1\.4f8b588e368f1p-17|9\.99999974737875\d*e-06f|(?<![\w.])1e-05(?![\w.])")
 
 
 def batch_norm_eps(text):
     """eps 1e-5 printed as 1e-4 (everywhere it is printed: BatchNorm's, in train and
     predict; LayerNorm's too where its eps is 1e-5)."""
     def swap(m):
+        if m.group(0) == "1e-05":
+            return "1e-04"
         return "0x1.a36e2eb1c432dp-14" if m.group(0).startswith("0x") else \
             "9.9999997473787516e-05f"
     new, n = _EPS.subn(swap, text)

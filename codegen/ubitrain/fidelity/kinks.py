@@ -33,6 +33,16 @@ MARGIN = 16.0  # an element is safe when this many rounding spreads away from it
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
 
 
+# the ops whose output value jumps at its kink, not only its derivative (a comparison's 0 or 1;
+# the index max.dim returns; threshold, unless its value is its threshold as in ReLU): near
+# such an element even the forward of two correct float32 programs may differ by a whole
+# step. At the others (ReLU, clamps, the pools' maxima) the value is continuous: a near-kink
+# element moves the forward by rounding alone.
+VALUE_JUMPS = frozenset(str(getattr(getattr(aten, cmp), overload)) for cmp in
+                        ("gt", "lt", "ge", "le") for overload in ("Tensor", "Scalar")) | \
+    {str(aten.max.dim), str(aten.threshold.default), str(aten.threshold_.default)}
+
+
 def _pair(v):
     v = [v] if isinstance(v, int) else list(v)
     return v * 2 if len(v) == 1 else v
@@ -260,6 +270,15 @@ def near_kinks(exact: Decisions, rounded: Decisions) -> list[str]:
                 f"{len(exact.ops)})"]
     return [f"{op}: {int(near.sum())} of {near.size} elements"
             for op, near in zip(exact.ops, near_masks(exact, rounded)) if near is not None]
+
+
+def value_jumps(exact: Decisions, rounded: Decisions, near: list) -> bool:
+    """Whether the forward itself may differ by more than rounding between runs of `exact`'s
+    step: an op of VALUE_JUMPS has near-kink elements (`near`, per call), or the float32
+    run took other ops."""
+    if exact.ops != rounded.ops:
+        return True
+    return any(m is not None and op in VALUE_JUMPS for op, m in zip(exact.ops, near))
 
 
 def near_masks(exact: Decisions, rounded: Decisions) -> list[np.ndarray | None]:

@@ -88,12 +88,20 @@ class SideReplay(DecisionRecorder):
     (`near`: kinks.near_masks of this step), the C's side (from `c_tensors`, its forward) where
     this run's differs; at every element, `pin`'s branch (another run's Decisions, float64
     PyTorch's) where this run took another. `decisions.taken` holds the branches the run's
-    backward took after forcing: what a run pinned to this one must take."""
+    backward took after forcing: what a run pinned to this one must take.
+
+    `flip` (per call, elements or None) puts those elements on another side than the one they
+    would take, wherever the C's side is not known: what a kink flip there can do to the
+    step (referee.py bounds a near-kink excuse by it). A flip it cannot force is listed in
+    `unflipped`."""
 
     def __init__(self, c_tensors: list[np.ndarray] | None = None,
-                 near: list[np.ndarray | None] | None = None, pin: Decisions | None = None):
+                 near: list[np.ndarray | None] | None = None, pin: Decisions | None = None,
+                 flip: list[np.ndarray | None] | None = None):
         super().__init__()
         self.c_tensors, self.near, self.pin = c_tensors, near or [], pin
+        self.flip = flip or []
+        self.unflipped: list[str] = []  # op calls with elements to flip and no rule to force
         self.forced: dict = {}  # key of the tensor a backward op reads -> its replacement
         self.replayed = 0  # elements forced to the C's side
         self.pinned = 0  # elements forced to the pinned run's branch
@@ -122,9 +130,12 @@ class SideReplay(DecisionRecorder):
         forced where this run took others."""
         own = self.decisions.taken[call]
         self.differs.append(None)
+        flip = self.flip[call] if call < len(self.flip) else None
         if own is None:
             if call < len(self.near) and self.near[call] is not None:
                 self.unreplayed.append(f"{func}: {int(self.near[call].sum())} near-kink elements")
+            if flip is not None:
+                self.unflipped.append(f"{func}: {int(flip.sum())} elements")
             return
         want, pinned = own, 0
         pin = self.pin
@@ -136,16 +147,23 @@ class SideReplay(DecisionRecorder):
             if pinned:
                 self.differs[call] = differs.numpy()
         rule = _SIDES.get(func)
-        replayed = 0
+        replayed, known = 0, False
         if self.c_tensors is not None and call < len(self.near) and self.near[call] is not None:
             c = None if rule is None else rule.c_side(self.c_tensors, args, out)
             if c is None:
                 self.unreplayed.append(f"{func}: {int(self.near[call].sum())} near-kink elements")
             else:
+                known = True
                 near = torch.from_numpy(self.near[call]).reshape(own.shape)
-                flip = near & (c.to(own.dtype) != want)
+                to_c = near & (c.to(own.dtype) != want)
                 replayed = int((near & (c.to(own.dtype) != own)).sum())
-                want = torch.where(flip, c.to(own.dtype), want)
+                want = torch.where(to_c, c.to(own.dtype), want)
+        if flip is not None and not known:
+            if rule is None:
+                self.unflipped.append(f"{func}: {int(flip.sum())} elements")
+            else:
+                other = rule.other_side(args, out, want).to(own.dtype)
+                want = torch.where(torch.from_numpy(flip).reshape(own.shape), other, want)
         flipped = want != own
         if not bool(flipped.any()):
             self.decisions.taken[call] = own
@@ -176,6 +194,15 @@ class _Activation:
         c = _find(c_tensors, out)
         return None if c is None else self._side(c, args)
 
+    def other_side(self, args, out, side):
+        """Each element's neighbouring side: across 0 for ReLU; for a clamp, from between
+        its bounds to the nearer one, and from a bound to between."""
+        hi = self.high(args)
+        if hi is None:
+            return 1 - side
+        nearer = torch.where(out < (self.low(args) + hi) / 2, 0, 2).to(side.dtype)
+        return torch.where(side == 1, nearer, torch.ones_like(side))
+
     def force(self, args, out, want, flipped):
         lo, hi = self.low(args), self.high(args)
         on_side = torch.tensor([lo, lo + 1.0] if hi is None else [lo, (lo + hi) / 2, hi],
@@ -194,6 +221,17 @@ class _MaxPool:
         if c is None:
             return None
         return aten.max_pool2d_with_indices.default(c, *args[1:])[1]
+
+    @staticmethod
+    def other_side(args, out, side):
+        """Each window's runner-up: the maximum once every window's maximum is out of the
+        running (an element that is the maximum of an overlapping window too gives way to
+        the next; any element of the window is a side a flip could take)."""
+        x = args[0].detach().clone()
+        flat = x.reshape(*x.shape[:-2], -1)
+        flat.scatter_(-1, side.reshape(*side.shape[:-2], -1),
+                      torch.full_like(flat, float("-inf")))
+        return aten.max_pool2d_with_indices.default(flat.reshape(x.shape), *args[1:])[1]
 
     @staticmethod
     def force(args, out, want, flipped):
