@@ -259,6 +259,41 @@ def reference(func, inputs, isa):
     return value.numpy().reshape(-1), magnitude.numpy().reshape(-1), terms
 
 
+# What every build shares, made once per process (by the first build; six builds ask): the
+# scalar kernels, the inputs of FUNCS' cases and the rng's state after them, and the PyTorch
+# references by (kernel, inputs, the ISA's BatchNorm split).
+_SHARED: dict = {}
+
+
+def _scalar_cases():
+    """[(label, func, scalar kernel, inputs)] of FUNCS, and the rng's state after drawing them."""
+    if "cases" not in _SHARED:
+        rng = np.random.default_rng(7)
+        out = []
+        for label, func in FUNCS:
+            info = op_info(func)
+            inputs = [rng.standard_normal(shape).astype(np.float32) for shape in info["shapes"]]
+            if info["op"] == "relax.grad.max_pool2d_backward":  # x in whole numbers:
+                inputs[1] = np.round(inputs[1])  # windows with tied maxima
+            if info["op"].startswith("batch_norm"):
+                inputs = batch_norm_inputs(func, inputs[0], rng)
+            out.append((label, func, KernelLibrary("scalar").add(func, "k"), inputs))
+        _SHARED["cases"] = out, rng.bit_generator.state
+    return _SHARED["cases"]
+
+
+def shared_reference(func, inputs, isa):
+    """reference(), computed once for the same kernel, inputs and BatchNorm split (the only
+    part of the reference an ISA changes)."""
+    split = (op_info(func)["op"].startswith("batch_norm")
+             and plan(func, isa)[2].get("split", False))
+    key = (id(func), split, tuple((a.dtype.str, a.shape, a.tobytes()) for a in inputs))
+    refs = _SHARED.setdefault("refs", {})
+    if key not in refs:
+        refs[key] = reference(func, inputs, isa)
+    return refs[key]
+
+
 @pytest.fixture(scope="module", params=list(BUILDS))
 def isa_run(request, tmp_path_factory):
     """Per build: every case built once as scalar and micro-kernel, run in one emulator
@@ -267,23 +302,18 @@ def isa_run(request, tmp_path_factory):
     target = TARGETS[name]
     isa = target.kernel_isa("float32")
     require_tools(target.name)
+    scalar_cases, rng_state = _scalar_cases()
     rng = np.random.default_rng(7)
+    rng.bit_generator.state = rng_state
     cases, support, refs = [], {}, []
     if define:
         support["define"] = f"#define {define} 1\n"  # ahead of the kernels' code
-    for label, func in FUNCS:
-        scalar = KernelLibrary("scalar").add(func, "k")
+    for label, func, scalar, inputs in scalar_cases:
         lib = KernelLibrary(isa)
         micro = lib.add(func, "k")
         support.update(lib.support)
-        info = op_info(func)
-        inputs = [rng.standard_normal(shape).astype(np.float32) for shape in info["shapes"]]
-        if info["op"] == "relax.grad.max_pool2d_backward":  # x in whole numbers:
-            inputs[1] = np.round(inputs[1])  # windows with tied maxima
-        if info["op"].startswith("batch_norm"):
-            inputs = batch_norm_inputs(func, inputs[0], rng)
         cases.append(harness.Case(label, [scalar, micro], inputs))
-        refs.append(reference(func, inputs, isa))
+        refs.append(shared_reference(func, inputs, isa))
     for lo, hi in MASKS:
         for func in BN_BACKWARDS:
             lib = KernelLibrary(isa)
@@ -297,7 +327,7 @@ def isa_run(request, tmp_path_factory):
             dy = np.where((lo < z) & (z < (np.inf if hi is None else hi)), dz, np.float32(0))
             cases.append(harness.Case(f"masked {lo},{hi}", [plain], [x, w, mean, rstd, dy]))
             cases.append(harness.Case(f"masked {lo},{hi}", [masked], [x, w, mean, rstd, dz, z]))
-            refs.append(reference(func, [x, w, mean, rstd, dy], isa))
+            refs.append(shared_reference(func, [x, w, mean, rstd, dy], isa))
     for func in DEPTHWISE_WEIGHT_GRADS:
         lib = KernelLibrary(isa)
         plain = lib.add(func, "k")
