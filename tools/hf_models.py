@@ -42,6 +42,20 @@ class Logits(nn.Module):
         return self.model(x).logits
 
 
+class NextTokenLogits(nn.Module):
+    """A causal LM's logits for every position but the last, one row per token
+    [batch * (length - 1), vocabulary]: cross-entropy against the next tokens (the labels
+    `hf_batches` gives) is the causal LM loss."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        logits = self.model(x).logits
+        return logits[:, :-1].reshape(-1, logits.shape[-1])
+
+
 @dataclass(frozen=True)
 class HFModel:
     name: str
@@ -49,11 +63,12 @@ class HFModel:
     # one batch of inputs from (batch, generator)
     example_input: Callable[[int, torch.Generator], torch.Tensor]
     classes: int
+    causal_lm: bool = False  # labels: the next token at each position
 
 
 def _bert():
     tf = transformers_module()
-    cfg = tf.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+    cfg = tf.BertConfig(vocab_size=VOCABULARY, hidden_size=32, num_hidden_layers=2,
                         num_attention_heads=2, intermediate_size=64,
                         max_position_embeddings=64, num_labels=3,
                         attention_probs_dropout_prob=0.0)
@@ -68,16 +83,30 @@ def _vit():
     return Logits(tf.ViTForImageClassification(cfg))
 
 
+def _gpt2():
+    tf = transformers_module()
+    cfg = tf.GPT2Config(vocab_size=VOCABULARY, n_embd=64, n_layer=2, n_head=2, n_positions=32,
+                        attn_pdrop=0.0)
+    return NextTokenLogits(tf.GPT2LMHeadModel(cfg))
+
+
 SEQUENCE = 8
+VOCABULARY = 100
 HF_MODELS = {
     "bert": HFModel("bert", _bert,
-                    lambda b, g: torch.randint(0, 100, (b, SEQUENCE), generator=g), 3),
+                    lambda b, g: torch.randint(0, VOCABULARY, (b, SEQUENCE), generator=g), 3),
     "vit": HFModel("vit", _vit, lambda b, g: torch.randn(b, 3, 16, 16, generator=g), 3),
+    "gpt2": HFModel("gpt2", _gpt2, lambda b, g: torch.randint(
+        0, VOCABULARY, (b, SEQUENCE), generator=g), VOCABULARY, causal_lm=True),
 }
 
 
 def hf_batches(model: HFModel, batch: int, steps: int = 3, seed: int = 0):
-    """`steps` batches [(input, labels)] of random inputs and labels."""
+    """`steps` batches [(input, labels)] of random inputs and labels (a causal LM's: the
+    next tokens of its input)."""
     gen = torch.Generator().manual_seed(seed)
+    if model.causal_lm:
+        inputs = [model.example_input(batch, gen) for _ in range(steps)]
+        return [(x, x[:, 1:].reshape(-1)) for x in inputs]
     return [(model.example_input(batch, gen),
              torch.randint(0, model.classes, (batch,), generator=gen)) for _ in range(steps)]

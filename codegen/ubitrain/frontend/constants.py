@@ -18,12 +18,12 @@ A constant is what depends only on
   (`zeros_like(x)`, `new_ones`): its values do not depend on x's.
 `empty` is none (its values are undefined) and random ops are never folded.
 
-What is folded, of those constants: an op on a CONSTANT_TENSOR or a non-float buffer (as
-ever), an op without a converter (there is no kernel to run it), and everything computed
-from a folded node; then, backwards, a constant whose every user is folded (it is dead).
-A constant that needs none of that stays its own op, as before: `zeros(...)` feeding an
-`add` remains a fill kernel (arena only while it lives, no bytes in flash), and an
-`arange` chain feeding an embedding stays a few small kernels.
+What is folded, of those constants: an op on a CONSTANT_TENSOR, a non-float buffer or an
+`arange` (itself a constant in the graph), an op without a converter (there is no kernel
+to run it), and everything computed from a folded node; then, backwards, a constant whose
+every user is folded (it is dead). A constant that needs none of that stays its own op, as
+before: `zeros(...)` feeding an `add` remains a fill kernel (arena only while it lives, no
+bytes in flash).
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ aten = torch.ops.aten
 # Ops whose values depend only on their tensor input's shape and dtype, not its values.
 _SHAPE_ONLY = {aten.zeros_like.default, aten.ones_like.default, aten.full_like.default,
                aten.new_zeros.default, aten.new_ones.default, aten.new_full.default}
+# Creation ops whose converter makes a constant anyway (frontend/aten/creation.py): what is
+# computed from them is folded, as from a CONSTANT_TENSOR (position ids for an embedding).
+_CONSTANT_CREATION = {aten.arange.default, aten.arange.start, aten.arange.start_step}
 # Ops whose values are undefined: never a constant.
 _UNDEFINED = {aten.empty.memory_format, aten.empty_like.default, aten.new_empty.default,
               aten.empty_strided.default, aten.new_empty_strided.default}
@@ -79,7 +82,8 @@ def _shape_stand_in(node) -> torch.Tensor:
 
 def constant_values(exported) -> tuple[dict, set]:
     """({FX node: its value (a tensor, or a tuple of them)} for every node that is a
-    constant, the placeholders among them that are folded whatever their users)."""
+    constant, the roots among them: what is computed from a root is folded whatever its
+    users)."""
     values = _constant_placeholders(exported)
     roots = set(values)
     for node in exported.graph.nodes:
@@ -98,6 +102,8 @@ def constant_values(exported) -> tuple[dict, set]:
         args, kwargs = tree_map(value_of, (node.args, node.kwargs))
         with torch.no_grad():
             values[node] = node.target(*args, **kwargs)
+        if node.target in _CONSTANT_CREATION:
+            roots.add(node)
     return values, roots
 
 
