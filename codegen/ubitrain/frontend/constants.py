@@ -100,8 +100,11 @@ def constant_values(exported) -> tuple[dict, set]:
             return _shape_stand_in(a) if shape_only and a not in values else values[a]
 
         args, kwargs = tree_map(value_of, (node.args, node.kwargs))
-        with torch.no_grad():
-            values[node] = node.target(*args, **kwargs)
+        try:
+            with torch.no_grad():
+                values[node] = node.target(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - not a constant then: converted, or refused by name
+            continue
         if node.target in _CONSTANT_CREATION:
             roots.add(node)
     return values, roots
