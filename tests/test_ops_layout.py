@@ -38,6 +38,9 @@ def test_layout(fn, wshape, tmp_path):
     (lambda x, w: x.chunk(3, -1)[2] * w, (4, 1), (2, 4, 7)),
     (lambda x, w: torch.cat([torch.split(x, 2, -1)[0] * w, torch.split(x, 2, -1)[2]], -1),
      (2,), (3, 4, 5)),
+    # PyTorch skips a 1-D empty tensor in cat, whatever the others' rank (an empty KV cache)
+    (lambda x, w: torch.cat([torch.tensor([]), x * w, torch.tensor([])], 1), (4, 3),
+     (2, 4, 3)),
     (lambda x, w: torch.split(x, [1, 2, 4], 1)[1] * w, (2, 3), (2, 7, 3)),
     (lambda x, w: sum(t * w[i] for i, t in enumerate(x.unbind(-1))), (3, 4), (2, 3, 4, 3)),
     (lambda x, w: x.unbind(1)[1] * w, (3,), (2, 4, 3)),
@@ -50,8 +53,8 @@ def test_layout(fn, wshape, tmp_path):
     (lambda x, w: x[1:, ::2, -2] * w, (2, 5), (3, 4, 3, 5)),  # batch, step and select
     (lambda x, w: x[3:9:2] * w + x.narrow(0, 0, 3) + x[-1], (3,), (10,)),
     (lambda x, w: x.view(2, 3, 2, 2, 3)[:, :, 1, :, 1:] * w, (3, 2, 2), (2, 3, 4, 3)),
-], ids=["chunk_both", "chunk_last_only", "split_skip_middle", "split_sizes", "unbind_all",
-        "unbind_one", "narrow", "select", "slice", "slice_negative", "slice_step2",
+], ids=["chunk_both", "chunk_last_only", "split_skip_middle", "cat_empty_1d", "split_sizes",
+        "unbind_all", "unbind_one", "narrow", "select", "slice", "slice_negative", "slice_step2",
         "slice_step3_tail", "slice_chain", "slices_1d", "slice_rank5"])
 def test_slicing(fn, wshape, shape, tmp_path):
     """Every part is multiplied by a trained tensor or summed, so a wrong element gives a

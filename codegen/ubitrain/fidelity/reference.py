@@ -217,6 +217,20 @@ FLOAT32_VARIANTS = (Variant(), Variant(noise=1, threads=2),
 MORE_FLOAT32_VARIANTS = tuple(Variant(noise=n, threads=1 + n % 2) for n in range(3, 19))
 
 
+def _non_persistent_buffers(m: torch.nn.Module) -> list[str]:
+    """The buffers state_dict leaves out (`register_buffer(..., persistent=False)`, such as
+    BERT's position_ids): the C keeps them as state like any other buffer."""
+    saved = m.state_dict()
+    return [n for n, _ in m.named_buffers() if n not in saved]
+
+
+def _full_state(m: torch.nn.Module) -> dict:
+    """state_dict and the non-persistent buffers: every tensor the C's state has."""
+    state = m.state_dict()
+    state.update((n, m.get_buffer(n)) for n in _non_persistent_buffers(m))
+    return state
+
+
 @dataclass
 class Reference:
     model: torch.nn.Module  # the model as compiled (float32, its initial state)
@@ -230,7 +244,7 @@ class Reference:
         self._param_names = [n for n, _ in self.model.named_parameters()]
 
     def initial_state(self) -> dict[str, np.ndarray]:
-        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+        return {k: v.detach().numpy().copy() for k, v in _full_state(self.model).items()}
 
     def _instance(self, state, dtype, variant: Variant):
         gen = variant.generator()
@@ -242,6 +256,9 @@ class Reference:
         # the module's own metadata too: some check their version when loading (MNASNet)
         values = OrderedDict(values)
         values._metadata = getattr(m.state_dict(), "_metadata", None)
+        loose = _non_persistent_buffers(m)
+        for name in loose:
+            m.get_buffer(name).copy_(values.pop(name))
         m.load_state_dict(values)
         if variant.channels_last:
             m = m.to(memory_format=torch.channels_last)
@@ -294,7 +311,7 @@ class Reference:
         # keeps no state for it (nor does the C train it)
         new_opt = {f"{n}.{s}": opt.state[p][s].detach().double().numpy().copy()
                    for n, p in zip(self.trainable, trained) if p in opt.state for s in names}
-        new_state = {k: v.detach().numpy().copy() for k, v in m.state_dict().items()}
+        new_state = {k: v.detach().numpy().copy() for k, v in _full_state(m).items()}
         return StepResult(new_state, new_opt, float(loss.detach()),
                           recorder.decisions if record else None, rng.state)
 

@@ -156,7 +156,7 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
     params, state (parameters and buffers), Dropout masks.
     """
     exported = export_module(model, example_inputs, training)
-    folded = fold_constants(exported)
+    folded = fold_constants(exported, lambda node: node.target in ATEN_CONVERTERS)
     check_traced_dtypes([n for n in exported.graph.nodes if n not in folded],
                         lambda n: f"{_module_path(n)}: {_op_label(n.target)}")
     check_supported(exported, folded)
@@ -231,7 +231,9 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
 def _as_constant(value):
     if isinstance(value, (list, tuple)):
         return type(value)(_as_constant(v) for v in value)
-    return relax.const(value.cpu().numpy()) if isinstance(value, torch.Tensor) else value
+    if isinstance(value, torch.Tensor):  # an expand's view: its own bytes
+        return relax.const(value.detach().cpu().contiguous().numpy())
+    return value
 
 
 def _convert(ctx: ConvertContext, node, env):

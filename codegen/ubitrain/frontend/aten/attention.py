@@ -7,10 +7,11 @@ subtracts each row's maximum before exp), and the gradients are those of matmul,
 and softmax, so no kernel of its own is needed.
 `nn.MultiheadAttention(need_weights=False)` reaches this op too.
 
-A mask must be a constant (frontend/constants.py folds what is computed from constants), so
-that it is known here: a boolean one (True: attend) becomes an additive 0 / -inf constant,
-as PyTorch converts it, and a row that attends to nothing gives zeros, as PyTorch's
-`_safe_softmax` does, where a plain softmax would give NaN.
+A mask must be a constant (frontend/constants.py folds what is computed from constants,
+shapes and the integer buffers the step never writes), so that it is known here: a boolean one
+(True: attend) becomes an additive 0 / -inf constant, as PyTorch converts it, and a row that
+attends to nothing gives zeros, as PyTorch's `_safe_softmax` does, where a plain softmax
+would give NaN.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from tvm.relax import op as R
 
 from .registry import aten, converts, dtype_of, shape_of, unsupported
 
-_WORKS = ("attn_mask=None, a constant mask (a plain tensor attribute or one computed "
-          "from constants, not from an input, parameter or buffer) or is_causal=True, "
+_WORKS = ("attn_mask=None, a constant mask (a plain tensor attribute, or one computed from "
+          "constants, shapes and integer buffers the step never writes; not from an input, "
+          "parameter or other buffer) or is_causal=True, "
           "dropout_p=0, enable_gqa=False")
 
 

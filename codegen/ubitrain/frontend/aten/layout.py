@@ -88,6 +88,10 @@ def _identity(ctx, node, x, *args, **kwargs):
 
 @converts(aten.cat.default)
 def cat(ctx, node, tensors, dim=0):
+    # PyTorch skips a 1-D tensor of size 0 whatever the others' rank (an empty KV cache,
+    # as GPT-2's attention concatenates with its keys)
+    kept = [t for t in tensors if shape_of(t) != (0,)]
+    tensors = kept or tensors[:1]
     if len(tensors) == 1:  # the tensor itself (TVM's concat gradient wants two parts)
         return tensors[0]
     return ctx.emit(R.concat(list(tensors), axis=dim % len(shape_of(tensors[0]))))

@@ -1,0 +1,26 @@
+"""Hugging Face transformers as a new user tries them (tools/hf_models.py: tiny random
+configurations, no download) train through the generated C as in PyTorch: 3 steps of SGD
+with cross-entropy (GPT-2's over the next token at every position: the causal LM loss),
+each judged against PyTorch in float64 (ubitrain.fidelity.referee). Their masks and position
+ids are built from shapes and int64 buffers, computed at compile time
+(frontend/constants.py)."""
+
+import pytest
+import torch
+from harness import assert_trains_like_torch
+
+import ubitrain as ub
+
+pytest.importorskip("transformers")
+from tools.hf_models import HF_MODELS, hf_batches  # noqa: E402
+
+CASES = [("bert", 1), ("bert", 4), ("vit", 1), ("vit", 4), ("gpt2", 1), ("gpt2", 4)]
+
+
+@pytest.mark.parametrize("name,batch", CASES, ids=[f"{n}-b{b}" for n, b in CASES])
+def test_hf_model_trains_like_pytorch(name, batch, tmp_path):
+    torch.set_num_threads(1)
+    model = HF_MODELS[name]
+    torch.manual_seed(0)
+    assert_trains_like_torch(model.make(), hf_batches(model, batch), ub.SGD(lr=0.1, momentum=0.9),
+                             tmp_path)

@@ -1,0 +1,112 @@
+"""Hugging Face `transformers` models in tiny random configurations, as a new user would try
+them: for tests/test_hf_models.py (and, later, a benchmark).
+
+`transformers` imports torchvision when it is installed, whose C extension does not load
+beside the CPU torch (tools/real_models.py says why): `transformers_module()` imports it
+with torchvision's op registrations stubbed out, as `torchvision_models()` does.
+
+Each model is wrapped so that it returns its logits tensor (a Hugging Face model returns an
+output object). Attention dropout inside scaled_dot_product_attention is switched off
+(`attention_probs_dropout_prob=0`): ubitrain refuses a dropout inside that op; the Dropout
+layers between the blocks keep PyTorch's default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from tools.real_models import torchvision_models
+
+
+def transformers_module():
+    """`transformers`, imported without torchvision's C-extension registrations."""
+    torchvision_models()
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # a tiny vocabulary's token-id warnings
+    return transformers
+
+
+class Logits(nn.Module):
+    """A Hugging Face model's `.logits`, its only output."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).logits
+
+
+class NextTokenLogits(nn.Module):
+    """A causal LM's logits for every position but the last, one row per token
+    [batch * (length - 1), vocabulary]: cross-entropy against the next tokens (the labels
+    `hf_batches` gives) is the causal LM loss."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        logits = self.model(x).logits
+        return logits[:, :-1].reshape(-1, logits.shape[-1])
+
+
+@dataclass(frozen=True)
+class HFModel:
+    name: str
+    make: Callable[[], nn.Module]
+    # one batch of inputs from (batch, generator)
+    example_input: Callable[[int, torch.Generator], torch.Tensor]
+    classes: int
+    causal_lm: bool = False  # labels: the next token at each position
+
+
+def _bert():
+    tf = transformers_module()
+    cfg = tf.BertConfig(vocab_size=VOCABULARY, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64,
+                        max_position_embeddings=64, num_labels=3,
+                        attention_probs_dropout_prob=0.0)
+    return Logits(tf.BertForSequenceClassification(cfg))
+
+
+def _vit():
+    tf = transformers_module()
+    cfg = tf.ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32,
+                       num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                       num_labels=3, attention_probs_dropout_prob=0.0)
+    return Logits(tf.ViTForImageClassification(cfg))
+
+
+def _gpt2():
+    tf = transformers_module()
+    cfg = tf.GPT2Config(vocab_size=VOCABULARY, n_embd=64, n_layer=2, n_head=2, n_positions=32,
+                        attn_pdrop=0.0)
+    return NextTokenLogits(tf.GPT2LMHeadModel(cfg))
+
+
+SEQUENCE = 8
+VOCABULARY = 100
+HF_MODELS = {
+    "bert": HFModel("bert", _bert,
+                    lambda b, g: torch.randint(0, VOCABULARY, (b, SEQUENCE), generator=g), 3),
+    "vit": HFModel("vit", _vit, lambda b, g: torch.randn(b, 3, 16, 16, generator=g), 3),
+    "gpt2": HFModel("gpt2", _gpt2, lambda b, g: torch.randint(
+        0, VOCABULARY, (b, SEQUENCE), generator=g), VOCABULARY, causal_lm=True),
+}
+
+
+def hf_batches(model: HFModel, batch: int, steps: int = 3, seed: int = 0):
+    """`steps` batches [(input, labels)] of random inputs and labels (a causal LM's: the
+    next tokens of its input)."""
+    gen = torch.Generator().manual_seed(seed)
+    if model.causal_lm:
+        inputs = [model.example_input(batch, gen) for _ in range(steps)]
+        return [(x, x[:, 1:].reshape(-1)) for x in inputs]
+    return [(model.example_input(batch, gen),
+             torch.randint(0, model.classes, (batch,), generator=gen)) for _ in range(steps)]
