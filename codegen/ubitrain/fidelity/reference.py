@@ -260,8 +260,7 @@ class Reference:
         """One step (the `step`-th, 1-based) from `state` and `opt_state` on `batch`
         = (x..., y). `record`: keep the kink decisions (in `recorder` when given: a
         sides.SideReplay also forces some)."""
-        m, gen = self._instance(state, dtype, variant)
-        m.train()
+        m, gen = self._instance(state, dtype, variant)  # each module in the mode compiled
         params = dict(m.named_parameters())
         trained = [params[n] for n in self.trainable]
         for name, p in params.items():
