@@ -288,6 +288,8 @@ class Reference:
             loss = LOSSES[self.loss](m(*xs), target)
             if self.trainable:
                 loss.backward()
+            if self.optimizer.clip_grad_norm is not None:  # skips the ones with no gradient
+                torch.nn.utils.clip_grad_norm_(trained, self.optimizer.clip_grad_norm)
             opt.step()
         # a parameter that the loss does not reach has no gradient, so PyTorch's optimizer
         # keeps no state for it (nor does the C train it)
