@@ -141,12 +141,14 @@ def _parameters(fn) -> dict:
         return {}
 
 
-def make_optimizer(name: str, lr, momentum, weight_decay):
+def make_optimizer(name: str, lr, momentum, weight_decay, clip_grad_norm=None):
     import ubitrain as ub
 
     kwargs = {}
     if lr is not None:
         kwargs["lr"] = lr
+    if clip_grad_norm is not None:
+        kwargs["clip_grad_norm"] = clip_grad_norm
     if weight_decay is not None:
         kwargs["weight_decay"] = weight_decay
     if name == "sgd":
