@@ -124,3 +124,17 @@ def test_running_statistics_stay_bit_identical_over_steps(tmp_path):
             assert value.tobytes() == want.tobytes(), f"bn1.{name}"
     assert not np.array_equal(state["bn2.running_var"], initial["bn2.running_var"])
     assert not np.array_equal(state["bn1.weight"], initial["bn1.weight"])  # it trains
+
+
+def test_the_command_line_keeps_each_module_mode():
+    """`ubitrain compile` with --loss mse runs a factory's module in eval mode to shape the
+    labels: it puts back every module's own mode, not the top module's everywhere."""
+    from ubitrain.cli.models import model_from_factory
+
+    def factory():
+        model = net().train()
+        model.bn1.eval()
+        return model
+
+    model, _, _ = model_from_factory(factory, "factory", 2, "3,8,8", "mse")
+    assert model.training and not model.bn1.training and model.bn2.training

@@ -73,13 +73,14 @@ def model_from_factory(factory, label: str, batch: int | None, input_shape: str 
         n = batch or 32
         module, inputs = made, (torch.zeros((n,) + _parse_shape(input_shape)),)
         if loss == "mse":
-            was_training = module.training
+            modes = {m: m.training for m in module.modules()}  # a frozen BatchNorm's too
             module.eval()
             dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()),
                          torch.float32)  # a float64 model (compiled as float32) runs here
             with torch.no_grad():
                 labels = torch.zeros_like(module(*(x.to(dtype) for x in inputs))).float()
-            module.train(was_training)
+            for m, mode in modes.items():
+                m.training = mode
         else:
             labels = torch.zeros(n, dtype=torch.long)
         return module, inputs, labels
