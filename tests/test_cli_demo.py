@@ -156,7 +156,21 @@ ERRORS = [
     (["compile", f"{FACTORY}:factory", "--batch", "4", "--micro-batches", "3"],
      "micro_batches=3 does not divide the batch of 4; use one of [1, 2, 4]"),
     (["demo", "--epochs", "0"], "at least one epoch"),
+    (["compile", f"{FACTORY}:factory", "--clip-grad-norm", "0"],
+     "clip_grad_norm=0.0 must be a finite number > 0"),
+    (["compile", f"{FACTORY}:factory", "--precision", "int8", "--clip-grad-norm", "1"],
+     "--clip-grad-norm applies to --precision fp32 only"),
 ]
+
+
+def test_compile_clips_gradients_on_request(tmp_path, capsys):
+    from ubitrain.cli import main
+
+    out = tmp_path / "clipped"
+    assert main(["compile", f"{FACTORY}:factory", "--optimizer", "adamw", "--clip-grad-norm",
+                 "0.5", "--out-dir", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+    model_c = (out / "model.c").read_text()
+    assert "double ub_clip = 0.5 / (sqrt(ub_sq) + 1e-6);" in model_c
 
 
 @pytest.mark.parametrize("args, message", ERRORS)

@@ -7,6 +7,11 @@ Each optimizer gives
 - a TE compute for the elementwise update, which reads a parameter, its gradient, its state
   and the coefficients, and writes the new parameter and state. Every element reads only its
   own index before writing it, so the step program runs it in place.
+
+`clip_grad_norm=max_norm` clips the gradients by their global L2 norm first, with
+torch.nn.utils.clip_grad_norm_'s rule: the step computes the norm over every trained
+gradient (program/gradient_clipping.py) and writes min(max_norm / (norm + 1e-6), 1) as one
+more coefficient, by which the update multiplies the gradient before anything else.
 """
 
 from __future__ import annotations
@@ -30,6 +35,23 @@ def _check(name, value, low=0.0, high=None, strict_low=False):
                            f"{bound}" + (f" and < {high}" if high is not None else ""))
 
 
+def _check_clip(value):
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or value == float("inf"):
+        raise CompileError(f"optimizer parameter clip_grad_norm={value!r} must be a finite "
+                           "number > 0 (the largest global L2 norm of the gradients), or None "
+                           "not to clip")
+
+
+def _clipped(grad, coef, max_norm):
+    """The gradient times the clipping coefficient, the one after the optimizer's own."""
+    if max_norm is None:
+        return grad
+    return grad * coef[int(coef.shape[0]) - 1]
+
+
 @dataclass(frozen=True)
 class SGD:
     """torch.optim.SGD: momentum, dampening, nesterov and (L2) weight decay."""
@@ -39,8 +61,10 @@ class SGD:
     dampening: float = 0.0
     weight_decay: float = 0.0
     nesterov: bool = False
+    clip_grad_norm: float | None = None
 
     def __post_init__(self):
+        _check_clip(self.clip_grad_norm)
         _check("lr", self.lr)
         _check("momentum", self.momentum)
         _check("dampening", self.dampening)
@@ -65,7 +89,7 @@ class SGD:
         wd, mom, nesterov = self.weight_decay, self.momentum, self.nesterov
 
         def rule(*i):
-            p, g = param(*i), grad(*i)
+            p, g = param(*i), _clipped(grad(*i), coef, self.clip_grad_norm)
             if wd:
                 g = g + tirx.const(wd, "float32") * p
             if not mom:
@@ -85,9 +109,11 @@ class Adam:
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     weight_decay: float = 0.0
+    clip_grad_norm: float | None = None
     decoupled = False
 
     def __post_init__(self):
+        _check_clip(self.clip_grad_norm)
         _check("lr", self.lr)
         _check("eps", self.eps)
         if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
@@ -114,6 +140,7 @@ class Adam:
 
         def rule(*i):
             p, g, m, v = param(*i), grad(*i), states[0](*i), states[1](*i)
+            g = _clipped(g, coef, self.clip_grad_norm)
             if self.weight_decay and self.decoupled:
                 p = p * coef[2]
             elif self.weight_decay:

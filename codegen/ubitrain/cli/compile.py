@@ -31,6 +31,7 @@ examples:
   ubitrain compile examples/digits_factory.py:factory --optimizer adam --lr 1e-3 \\
       --batch 16 --out-dir build/digits16
   ubitrain compile mynet.py:make_model --input-shape 3,32,32 --batch 8 --loss cross_entropy
+  ubitrain compile mynet.py:make_model --optimizer adamw --clip-grad-norm 1.0
 
 A factory file:
   import torch
@@ -56,6 +57,9 @@ def add_parser(sub):
     c.add_argument("--momentum", type=float, default=None, help="SGD momentum (default 0)")
     c.add_argument("--weight-decay", type=float, default=None,
                    help="weight decay (default: 0; 0.01 for adamw)")
+    c.add_argument("--clip-grad-norm", type=float, default=None, metavar="MAX_NORM",
+                   help="clip the gradients by their global L2 norm before each update, as "
+                        "torch.nn.utils.clip_grad_norm_ (default: no clipping)")
     c.add_argument("--batch", type=int, default=None,
                    help="batch size; with a factory that returns only a module (default 32), "
                         "or one that takes a batch parameter")
@@ -93,7 +97,8 @@ def run(args) -> int:
         raise ub.CompileError(f"unknown loss {args.loss!r}; supported: {', '.join(LOSSES)}")
     if args.batch is not None and args.batch < 1:
         raise ub.CompileError(f"--batch {args.batch} must be at least 1")
-    optimizer = make_optimizer(args.optimizer, args.lr, args.momentum, args.weight_decay)
+    optimizer = make_optimizer(args.optimizer, args.lr, args.momentum, args.weight_decay,
+                               args.clip_grad_norm)
     if args.model.endswith(".onnx"):
         module, inputs, labels = model_from_onnx(args.model, args.batch, args.input_shape,
                                                  args.loss)
@@ -105,6 +110,9 @@ def run(args) -> int:
         stem = Path(args.model.rpartition(":")[0]).stem
     out_dir = Path(args.out_dir or Path("build") / stem)
     if args.precision == "int8":
+        if args.clip_grad_norm is not None:
+            raise ub.CompileError("--clip-grad-norm applies to --precision fp32 only; NITI "
+                                  "(int8) has no gradient clipping")
         optimizer = ub.NITI(adaptive_rescale=args.adaptive_rescale)
     pkg = ub.compile(module, inputs, labels, loss=args.loss, optimizer=optimizer,
                      target=args.target, memory_budget=args.memory_budget, out_dir=out_dir,

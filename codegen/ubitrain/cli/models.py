@@ -73,13 +73,14 @@ def model_from_factory(factory, label: str, batch: int | None, input_shape: str 
         n = batch or 32
         module, inputs = made, (torch.zeros((n,) + _parse_shape(input_shape)),)
         if loss == "mse":
-            was_training = module.training
+            modes = {m: m.training for m in module.modules()}  # a frozen BatchNorm's too
             module.eval()
             dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()),
                          torch.float32)  # a float64 model (compiled as float32) runs here
             with torch.no_grad():
                 labels = torch.zeros_like(module(*(x.to(dtype) for x in inputs))).float()
-            module.train(was_training)
+            for m, mode in modes.items():
+                m.training = mode
         else:
             labels = torch.zeros(n, dtype=torch.long)
         return module, inputs, labels
@@ -141,12 +142,14 @@ def _parameters(fn) -> dict:
         return {}
 
 
-def make_optimizer(name: str, lr, momentum, weight_decay):
+def make_optimizer(name: str, lr, momentum, weight_decay, clip_grad_norm=None):
     import ubitrain as ub
 
     kwargs = {}
     if lr is not None:
         kwargs["lr"] = lr
+    if clip_grad_norm is not None:
+        kwargs["clip_grad_norm"] = clip_grad_norm
     if weight_decay is not None:
         kwargs["weight_decay"] = weight_decay
     if name == "sgd":

@@ -22,6 +22,8 @@ def add_parser(sub):
     r.add_argument("--lr", type=float, default=None, help="learning rate")
     r.add_argument("--momentum", type=float, default=None, help="SGD momentum")
     r.add_argument("--weight-decay", type=float, default=None, help="weight decay")
+    r.add_argument("--clip-grad-norm", type=float, default=None, metavar="MAX_NORM",
+                   help="gradient clipping by global norm (every gradient then coexists)")
     r.add_argument("--batch", type=int, default=None, help="batch size")
     r.add_argument("--input-shape", default=None, metavar="D,D,...",
                    help="shape of one sample (when the factory returns only a module)")
@@ -45,7 +47,8 @@ def run(args) -> int:
     from ..memory.report import render_png, require_matplotlib, text_summary
 
     require_matplotlib()  # before the compile, not after it
-    optimizer = make_optimizer(args.optimizer, args.lr, args.momentum, args.weight_decay)
+    optimizer = make_optimizer(args.optimizer, args.lr, args.momentum, args.weight_decay,
+                               args.clip_grad_norm)
     module, inputs, labels = model_from_factory(load_factory(args.model), args.model,
                                                 args.batch, args.input_shape, args.loss)
     out_dir = Path(args.out_dir or Path("build") / Path(args.model.rpartition(":")[0]).stem)

@@ -277,8 +277,7 @@ class Reference:
         """One step (the `step`-th, 1-based) from `state` and `opt_state` on `batch`
         = (x..., y). `record`: keep the kink decisions (in `recorder` when given: a
         sides.SideReplay also forces some)."""
-        m, gen = self._instance(state, dtype, variant)
-        m.train()
+        m, gen = self._instance(state, dtype, variant)  # each module in the mode compiled
         params = dict(m.named_parameters())
         trained = [params[n] for n in self.trainable]
         for name, p in params.items():
@@ -306,6 +305,8 @@ class Reference:
             loss = LOSSES[self.loss](m(*xs), target)
             if self.trainable:
                 loss.backward()
+            if self.optimizer.clip_grad_norm is not None:  # skips the ones with no gradient
+                torch.nn.utils.clip_grad_norm_(trained, self.optimizer.clip_grad_norm)
             opt.step()
         # a parameter that the loss does not reach has no gradient, so PyTorch's optimizer
         # keeps no state for it (nor does the C train it)

@@ -68,9 +68,18 @@ def _one_trace(model, example_inputs):
         return None
 
 
+def _modes(model: torch.nn.Module) -> dict:
+    return {m: m.training for m in model.modules()}
+
+
 def export_module(model: torch.nn.Module, example_inputs: tuple, training: bool):
-    was_training = model.training
-    model.train(training)
+    """The exported program of the training step (`training`: every module in the mode the
+    user left it in, as PyTorch trains it: a BatchNorm in eval mode normalises with its
+    running statistics and leaves them alone, a Dropout in eval mode is the identity) or of
+    the evaluation-mode forward (every module in eval mode)."""
+    modes = _modes(model)
+    if not training:
+        model.eval()
     # No Python stack trace per FX node (node.meta["stack_trace"], which ubitrain never
     # reads; errors name modules from nn_module_stack): 15-20% of an export's time.
     was_skipping_traces = fx_config.do_not_emit_stack_traces
@@ -91,7 +100,8 @@ def export_module(model: torch.nn.Module, example_inputs: tuple, training: bool)
             "module with static shapes and no data-dependent Python control flow."
         ) from None
     finally:
-        model.train(was_training)
+        for module, mode in modes.items():
+            module.training = mode
         fx_config.do_not_emit_stack_traces = was_skipping_traces
     return exported
 

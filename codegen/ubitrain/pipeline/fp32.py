@@ -48,10 +48,16 @@ from ..package import Package
 from ..program.bn_activation import fuse_bn_activation_grads
 from ..program.depthwise_input import read_depthwise_inputs_in_place
 from ..program.frozen_state import fold_frozen_calls, keep_frozen_state_in_flash
+from ..program.gradient_clipping import clip_call
 from ..program.inplace import share_in_place
 from ..program.ir import Call, Program, Slot
 from ..program.micro_batch import has_loop, loop_calls
-from ..program.optimizer_update import block_update_kernel, optimizer_calls, place_early
+from ..program.optimizer_update import (
+    block_update_kernel,
+    clip_norm,
+    optimizer_calls,
+    place_early,
+)
 from ..program.pool_relu import fuse_pool_relu_grads
 from ..program.predict_step import predict_program
 from ..program.state_slots import state_slots
@@ -163,7 +169,9 @@ def add_optimizer_updates(unit):
                                               unit.state, unit.parts, unit.opt_state,
                                               unit.grads)
     if coef_call:  # after a micro-batch loop: the update reads every micro-batch's work
-        unit.calls = [coef_call] + unit.calls + unit.updates
+        max_norm = clip_norm(unit.request.optimizer)
+        clip = [clip_call(unit.grads, coef_call.args[0], max_norm)] if max_norm else []
+        unit.calls = [coef_call] + unit.calls + clip + unit.updates
 
 
 def has_updates(unit) -> str | None:

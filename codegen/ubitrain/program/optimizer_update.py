@@ -19,8 +19,10 @@ def optimizer_calls(tm, optimizer, library, state, parts, opt_state, grads):
     if not tm.trainable:
         return None, []
     coef_code = optimizer.coefficient_code()
-    coef = Slot("optimizer_coefficients", (len(coef_code),), "float32", "coefficients",
-                np.zeros(len(coef_code), "float32"))
+    # one more when clipping: the clipping coefficient (program/gradient_clipping.py)
+    size = len(coef_code) + (clip_norm(optimizer) is not None)
+    coef = Slot("optimizer_coefficients", (size,), "float32", "coefficients",
+                np.zeros(size, "float32"))
     coef_call = Call("ub_optimizer_coefficients", [coef], [0], builtin=True,
                      attrs={"code": coef_code})
     updates = []
@@ -37,6 +39,11 @@ def optimizer_calls(tm, optimizer, library, state, parts, opt_state, grads):
         updates.append(Call(kernel.name, args, sorted(kernel.written), attrs={"param": name},
                             scratch=scratch))
     return coef_call, updates
+
+
+def clip_norm(optimizer) -> float | None:
+    """`clip_grad_norm=` of ub.SGD / Adam / AdamW (NITI has none)."""
+    return getattr(optimizer, "clip_grad_norm", None)
 
 
 def place_early(calls: list[Call], updates: list[Call]) -> list[Call]:

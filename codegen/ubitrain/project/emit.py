@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import CompileError
 from ..kernels.c_printer import c_float_literal, c_type
 from ..memory.plan import MemoryPlan
+from ..program.gradient_clipping import clip_statement
 from ..program.ir import Call, Program, Slot
 from ..program.micro_batch import BEGIN, END, call_repeats
 from ..targets import Target
@@ -135,6 +136,9 @@ class _CallPrinter:
 
     def ub_micro_batch_end(self, call):
         return "} /* next micro-batch */"
+
+    def ub_clip_grad_norm(self, call):  # program/gradient_clipping.py
+        return clip_statement(call, self.pointer)
 
     def ub_optimizer_coefficients(self, call):
         coef = self.pointer(call.args[0], True)

@@ -82,8 +82,11 @@ def batch_coupled_layers(model, tm, example_inputs=()) -> list[str]:
 
     if isinstance(model, torch.nn.Module):
         norm = torch.nn.modules.batchnorm._BatchNorm
+        # in eval mode, a BatchNorm with running statistics and a StochasticDepth see one
+        # sample at a time
         names = [name or type(m).__name__ for name, m in model.named_modules()
-                 if isinstance(m, norm) or _one_draw_per_batch(m)]
+                 if (isinstance(m, norm) and (m.training or m.running_mean is None))
+                 or (_one_draw_per_batch(m) and m.training)]
         names += frequency_scaled_embeddings(model)
         if example_inputs and mixes_samples(model, example_inputs):
             names.append("ops that mix the samples of a batch")
