@@ -145,7 +145,8 @@ class _Rewriter:
             if isinstance(value, Accumulator) and (value.error_sum or len(_shape(value.total))
                                                    > 1):
                 grads.append(value.total)  # a weight's (products) or a bias's (error sum)
-            elif isinstance(value, (Accumulator, Quantized)):
+            elif isinstance(value, (Accumulator, Quantized)) and len(_shape(
+                    value.total if isinstance(value, Accumulator) else value.q)) == 1:
                 # a bias's gradient whose sum Relax left out (one term: batch 1, one pixel):
                 # the error itself, narrowed as every error is
                 q = self.quantized(value, "a bias gradient")
@@ -215,9 +216,10 @@ def _matmul(rw: _Rewriter, call, name):
     return Accumulator(rw.emit(R.matmul(x, w, out_dtype=INT32)), ex + ew)
 
 
-# ops that keep an accumulator a sum: narrowing it later narrows the same numbers (a
-# reshape), or only those the step keeps (a crop of a gradient computed a little too wide)
-KEEPS_SUM = ("relax.reshape", "relax.strided_slice")
+# ops that keep an accumulator a sum: narrowing it later narrows the same numbers. Any other
+# op reads it narrowed as a whole (a crop of an activation for a strided conv's weight
+# gradient reads the int8 values the forward read)
+KEEPS_SUM = ("relax.reshape",)
 
 
 def _same_on_values(make):
@@ -228,10 +230,8 @@ def _same_on_values(make):
         if isinstance(value, Parameter):
             return Parameter(value.name, rw.emit(make(value.var, call)), value.e)
         if isinstance(value, Accumulator) and call.op.name in KEEPS_SUM:
-            view = (value, lambda x: make(x, call)) if call.op.name == "relax.reshape" \
-                else None
             return Accumulator(rw.emit(make(value.total, call)), value.exponents,
-                               value.error_sum, view)
+                               value.error_sum, (value, lambda x: make(x, call)))
         q = rw.quantized(value, name)
         return Quantized(rw.emit(make(q.q, call)), q.e)
     return rule
