@@ -146,17 +146,22 @@ def _normalized(rel: str, data: bytes) -> bytes:
     return data
 
 
-def _files(case: Path, ignore_new: bool) -> dict[str, Path]:
-    return {str(p.relative_to(case)): p for p in case.rglob("*") if p.is_file() and not (
-        ignore_new and ("/toolchains/" in "/" + str(p.relative_to(case))
-                        or p.name == "package.json"))}
+def _files(case: Path) -> dict[str, Path]:
+    return {str(p.relative_to(case)): p for p in case.rglob("*") if p.is_file()}
+
+
+def _added_on_purpose(rel: str) -> bool:
+    """A file relocatable projects added: compared where both sides have it."""
+    return "/toolchains/" in "/" + rel or rel.rsplit("/", 1)[-1] == "package.json"
 
 
 def compare(before: Path, after: Path) -> int:
     cases = sorted(d.name for d in before.iterdir() if (after / d.name).exists())
     differ = []
     for case in cases:
-        fb, fa = _files(before / case, False), _files(after / case, True)
+        fb = _files(before / case)
+        fa = {r: p for r, p in _files(after / case).items()
+              if r in fb or not _added_on_purpose(r)}
         if set(fb) != set(fa):
             differ.append((case, f"files: {sorted(set(fb) ^ set(fa))[:5]}"))
             continue
