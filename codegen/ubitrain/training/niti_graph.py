@@ -267,11 +267,15 @@ def _split(rw: _Rewriter, call, name):
     """The error of a concat, back to its parts: each at the error's exponent."""
     q = rw.quantized(rw.env[call.args[0]], name)
     a = call.attrs
-    indices = a.indices_or_sections
-    out = rw.emit(R.split(q.q, indices if isinstance(indices, int) else
-                          [int(i) for i in indices], int(a.axis)))
-    count = indices if isinstance(indices, int) else len(indices) + 1
-    return [Quantized(rw.emit(relax.TupleGetItem(out, k)), q.e) for k in range(int(count))]
+    sections = a.indices_or_sections
+    if isinstance(sections, (int, tvm.tirx.IntImm)):  # equal sections
+        sections = int(sections)
+        count = sections
+    else:  # split points
+        sections = [int(i) for i in sections]
+        count = len(sections) + 1
+    out = rw.emit(R.split(q.q, sections, int(a.axis)))
+    return [Quantized(rw.emit(relax.TupleGetItem(out, k)), q.e) for k in range(count)]
 
 
 def _relu(rw: _Rewriter, call, name):
