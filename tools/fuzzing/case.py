@@ -102,16 +102,22 @@ class Outcome:
 
 
 def run_case(case: Case, workdir: Path | None = None) -> Outcome:
+    return run_guarded(case.seed, lambda tmp: _run(case, tmp), workdir, f"fuzz{case.seed}_")
+
+
+def run_guarded(seed: int, run, workdir: Path | None, prefix: str) -> Outcome:
+    """`run(tmp)` in a temporary folder, its failures as outcomes, timed (every kind of
+    case: this one, int8_case.py's)."""
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(dir=workdir, prefix=f"fuzz{case.seed}_") as tmp:
+    with tempfile.TemporaryDirectory(dir=workdir, prefix=prefix) as tmp:
         try:
-            outcome = _run(case, Path(tmp))
+            outcome = run(Path(tmp))
         except UnsupportedOpError as err:
-            outcome = Outcome(case.seed, "unsupported", str(err))
+            outcome = Outcome(seed, "unsupported", str(err))
         except Exception as err:  # noqa: BLE001 - any other failure of ubitrain is a finding
             # a C status (a non-finite loss) is a wrong step; anything else, a compiler bug
             kind = "mismatch" if isinstance(err, RuntimeStatusError) else "internal error"
-            outcome = Outcome(case.seed, kind, "".join(
+            outcome = Outcome(seed, kind, "".join(
                 traceback.format_exception_only(type(err), err)).strip()
                 + "\n" + traceback.format_exc(limit=-6))
     outcome.seconds = time.perf_counter() - start

@@ -14,21 +14,17 @@ adaptive, intervals up to 4) and 1 to 3 steps are drawn too.
 from __future__ import annotations
 
 import random
-import tempfile
-import time
-import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from ubitrain.api import compile_with
-from ubitrain.errors import UnsupportedOpError
 from ubitrain.fidelity.niti_check import compare_with_reference
 from ubitrain.int8.update import NITI
 from ubitrain.pipeline.int8_graph import INT8_GRAPH
 
-from .case import Outcome, seeded_batches
+from .case import Outcome, run_guarded, seeded_batches
 from .graphs import Graph, instantiate, random_graph
 
 INT8_OPS = ("conv2d", "linear", "relu", "batch_norm", "max_pool2d", "avg_pool2d",
@@ -73,18 +69,8 @@ def draw_int8_case(seed: int) -> Int8Case:
 
 
 def run_int8_case(case: Int8Case, workdir: Path | None = None) -> Outcome:
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(dir=workdir, prefix=f"fuzz8_{case.seed}_") as tmp:
-        try:
-            outcome = _run(case, Path(tmp))
-        except UnsupportedOpError as err:
-            outcome = Outcome(case.seed, "unsupported", str(err))
-        except Exception as err:  # noqa: BLE001 - any other failure of ubitrain is a finding
-            outcome = Outcome(case.seed, "internal error", "".join(
-                traceback.format_exception_only(type(err), err)).strip()
-                + "\n" + traceback.format_exc(limit=-3))
-    outcome.seconds = time.perf_counter() - start
-    return outcome
+    return run_guarded(case.seed, lambda tmp: _run(case, tmp), workdir,
+                       f"fuzz8_{case.seed}_")
 
 
 def _run(case: Int8Case, tmp: Path) -> Outcome:
