@@ -27,10 +27,8 @@ import numpy as np
 import torch
 
 import ubitrain as ub
-from ubitrain.api import compile_with
 from ubitrain.demos.data import BATCH, epoch_batches, load_data
 from ubitrain.demos.int8 import MU, niti_config, train_and_score
-from ubitrain.pipeline.int8_graph import INT8_GRAPH
 from ubitrain.training.batch_norm_folding import batch_norms, fold_batch_norms
 from ubitrain.zoo import DigitsCNNNiti, DigitsResidualCNN
 
@@ -38,8 +36,8 @@ MODELS = {"residual": DigitsResidualCNN, "bias_free": DigitsCNNNiti}
 
 
 def int8_package(model, x0, y0, config, out_dir):
-    return compile_with(INT8_GRAPH, model, (x0,), y0, "cross_entropy", config, None, "host",
-                        None, out_dir, False, None, (), (), None)
+    return ub.compile(model, (x0,), y0, precision="int8", optimizer=config, out_dir=out_dir,
+                      progress=False)
 
 
 def run(model_name: str, epochs: int, seed: int, mu, work: Path) -> dict:

@@ -1,11 +1,13 @@
 """What the precision="int8" (NITI) tests share: a small integer-only CNN, its batches, and the
-check of a build against the numpy reference of NITI (ubitrain.int8.reference), bit for bit."""
+check of a build against NITI's numpy reference (ubitrain.fidelity.niti_check), bit for bit
+(and of the chain-only pipeline's build against its own reference)."""
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
+from ubitrain.fidelity.niti_check import compare_with_reference
 from ubitrain.int8.reference import NitiReference
 
 
@@ -24,11 +26,23 @@ def niti_batches(n: int, batch: int = 4, seed: int = 0):
             for _ in range(n)]
 
 
-def check_against_reference(pkg, data, config):
-    """Train through the C and the reference side by side; every step must agree: the float
-    loss within rounding, the int8 weights, the state vector (every exponent, shift, interval
-    and counter), predict's logits and the float view of the weights exactly. Returns the
-    C's rescale statistics."""
+def check_against_reference(pkg, model, data, config):
+    """Train the build of `model` beside NITI's numpy reference (fidelity/niti_check.py): every
+    integer parameter after every step, the loss within rounding and predict's logits after
+    the last step, bit for bit. Returns the C's rescale statistics."""
+    with pkg.build() as trainer:
+        run = compare_with_reference(trainer, model, data, config)
+        stats = trainer.rescale_stats()
+    assert run.differences == []
+    assert run.moved > 0, "no parameter changed: the check would pass without training"
+    return stats
+
+
+def check_chain_against_reference(pkg, data, config):
+    """The same for a build of the chain-only pipeline (NITI(float_fallback=...),
+    NITI(dsp_offload=True)) against its own reference (ubitrain.int8.reference): the float
+    loss within rounding, the int8 weights, the state vector (every exponent, shift,
+    interval and counter) and predict's logits, bit for bit."""
     ref = NitiReference(pkg.layer_program, config)
     with pkg.build() as trainer:
         for x, y in data:

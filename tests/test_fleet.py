@@ -332,11 +332,12 @@ def test_an_int8_project_copied_elsewhere_trains_the_same(int8_trainers, tmp_pat
     pkg = int8_trainers[0]
     loaded = ub.load_package(_copied_project(pkg, tmp_path / "int8"))
     assert loaded.precision == "int8" and loaded.config == pkg.config
-    assert list(loaded.layer_program.weights) == list(pkg.layer_program.weights)
+    assert loaded.integer_parameters == pkg.integer_parameters
     with pkg.build() as original, loaded.build() as copy:
         _same_training(original, copy)
-        assert np.array_equal(original.int8_state()["niti.state"],
-                              copy.int8_state()["niti.state"])
+        want, got = original.int8_state(), copy.int8_state()
+        assert sorted(got) == sorted(want)
+        assert all(np.array_equal(got[k], v) for k, v in want.items())
 
 
 def test_a_project_missing_a_file_or_changed_is_refused(digits_trainers, tmp_path):
@@ -465,7 +466,7 @@ def int8_trainers(tmp_path_factory):
     from ubitrain.zoo import DigitsCNNNiti
 
     torch.manual_seed(0)
-    pkg = ub.compile(DigitsCNNNiti(), (torch.zeros(8, 1, 8, 8),),
+    pkg = ub.compile(DigitsCNNNiti(), (torch.randn(8, 1, 8, 8),),
                      torch.zeros(8, dtype=torch.long), precision="int8", progress=False,
                      optimizer=ub.NITI(mu=(5, 3), milestones=(4,)),
                      out_dir=tmp_path_factory.mktemp("fleet") / "int8")
@@ -484,7 +485,7 @@ def test_the_int8_trainer_loads_what_it_gives_exactly(int8_trainers):
     sent = a.int8_parameters()
     assert {k: v.dtype for k, v in sent.items()} == {
         k: np.int8 if not k.endswith(".exponent") else np.int32
-        for name in pkg.layer_program.weights for k in (name, name + ".exponent")}
+        for name in pkg.integer_parameters for k in (name, name + ".exponent")}
     # b's exponents moved: int8 weights with their exponents still load exactly
     b.load_parameters({k: v + 2 for k, v in sent.items() if k.endswith(".exponent")})
     b.load_parameters(sent)
@@ -506,9 +507,9 @@ def test_the_int8_trainer_loads_what_it_gives_exactly(int8_trainers):
 
 def test_a_client_resets_the_niti_state_at_the_fleets_step_count(int8_trainers):
     """reset_optimizer_state(step): the next step uses mu at that step count, as NITI's
-    numpy reference does with its counter set there (mu 5 before step 4, 3 from it)."""
-    from ubitrain.int8.layers import STEP_INDEX
-    from ubitrain.int8.reference import NitiReference
+    numpy reference does from there (mu 5 before step 4, 3 from it)."""
+    from ubitrain.fidelity.niti_check import compare_with_reference
+    from ubitrain.zoo import DigitsCNNNiti
 
     pkg, a, _ = int8_trainers
     rng = np.random.default_rng(1)
@@ -518,16 +519,10 @@ def test_a_client_resets_the_niti_state_at_the_fleets_step_count(int8_trainers):
     for step in (0, 6):
         a.load_parameters(start)
         a.reset_optimizer_state(step=step)
-        ref = NitiReference(pkg.layer_program, pkg.config)
-        ref.weights = {k: start[k].astype(np.int64) for k in ref.weights}
-        ref.state[STEP_INDEX] = step
-        a.step(x, y)
-        ref.step(x, y)
-        state = a.int8_state()
-        assert state["niti.state"][STEP_INDEX] == step + 1
-        assert np.array_equal(state["niti.state"], ref.state)
-        assert all(np.array_equal(state[k], ref.weights[k]) for k in ref.weights)
-        trained.append(state["classifier.weight"])
+        run = compare_with_reference(a, DigitsCNNNiti(), [(x, y)], pkg.config, first_step=step)
+        assert run.differences == [] and run.moved > 0
+        assert a.steps == step + 1
+        trained.append(a.int8_parameters()["classifier.weight"])
     assert not np.array_equal(*trained)  # mu 5, then 3: other steps
 
 
@@ -582,7 +577,7 @@ def test_an_int8_client_trains_from_the_global_model_at_the_fleets_step(int8_fle
     global_model = dict(np.load(result.out_dir / "checkpoints" / "round_001.npz"))
     update, _ = int8_local_round(trainer, global_model, x, y, setup.local,
                                  seed=setup.client_seed(1, 2))
-    assert trainer.int8_state()["niti.state"][0] == 9 + 3
+    assert trainer.steps == 9 + 3
     sent = [u for u, _ in result.strategy.replies[2]]
     assert sum(all(np.array_equal(u[k], update[k]) for k in update) for u in sent) == 1
 

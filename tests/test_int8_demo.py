@@ -1,6 +1,7 @@
 """`ubitrain demo --precision int8`: the digits CNN trained in int8 (NITI) through the
 generated C reaches the accuracy of the same network trained in fp32, within 3 points."""
 
+import json
 import subprocess
 import sys
 
@@ -38,4 +39,5 @@ def test_commands_take_precision(tmp_path):
                           "--no-progress"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "memory plan: arena" in out.stdout
-    assert "ub_s8_conv2d_l0_ukernel__scalar" in (tmp_path / "p" / "model.c").read_text()
+    manifest = json.loads((tmp_path / "p" / "package.json").read_text())
+    assert manifest["precision"] == "int8" and manifest["int8"]["niti"]["adaptive_rescale"]

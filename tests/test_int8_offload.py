@@ -1,21 +1,22 @@
 """The int8 step split between the CPU (host, or aarch64-neon under qemu-aarch64) and the DSP
-(hexagon-v66 under qemu-hexagon), joined by the offload interface over pipes: bit for bit the
-all-CPU int8 step and the numpy reference, also with the weight-gradient convs split by
-images. A missing toolchain skips locally and fails in CI (CI=true)."""
+(hexagon-v66 under qemu-hexagon), joined by the offload interface over pipes (the chain-only
+pipeline, pipeline/int8_chain.py): bit for bit its numpy reference, also with the
+weight-gradient convs split by images. A missing toolchain skips locally and fails in CI
+(CI=true)."""
 
 import numpy as np
 import pytest
 import torch
 from harness import require_tools
+from niti_harness import check_chain_against_reference
 
 import ubitrain as ub
-from ubitrain.int8.reference import NitiReference
 from ubitrain.zoo import DigitsCNNNiti
 
 STEPS = 3
 
 
-def test_split_step_equals_all_cpu_step(tmp_path):
+def test_split_step_equals_the_reference(tmp_path):
     require_tools("hexagon-v66")
     gen = np.random.default_rng(0)
     data = [(gen.standard_normal((32, 1, 8, 8)).astype(np.float32), gen.integers(0, 10, 32))
@@ -27,33 +28,21 @@ def test_split_step_equals_all_cpu_step(tmp_path):
     # last chunk of 32 short), which must not change a bit
     split_config = ub.NITI(mu=(5,), milestones=(), adaptive_rescale=True, max_interval=2,
                            dsp_offload=True, dsp_cache_bytes=5000)
-    cpu_config = ub.NITI(mu=(5,), milestones=(), adaptive_rescale=True, max_interval=2)
     split = ub.compile(model, (x,), y, precision="int8", optimizer=split_config,
                        target="hexagon-v66", out_dir=tmp_path / "split")
-    cpu = ub.compile(model, (x,), y, precision="int8", optimizer=cpu_config,
-                     out_dir=tmp_path / "cpu")
     assert len(split.segments) >= 2  # forward and backward runs on the DSP
     on_dsp = {p.op for p in split.placement if p.where == "dsp"}
     assert "conv2d" in on_dsp and "softmax_xent_grad" not in on_dsp
     dsp_source = (tmp_path / "split" / "dsp" / "dsp_main.c").read_text()
     assert "images go 3 at a time" in dsp_source and "images go 4 at a time" in dsp_source
-    ref = NitiReference(split.layer_program, split_config)
-    with split.build() as a, cpu.build() as b:
-        for xb, yb in data:
-            assert a.step(xb, yb) == b.step(xb, yb)
-            ref.step(xb, yb)
-        sa, sb = a.int8_state(), b.int8_state()
-        assert all(np.array_equal(sa[k], sb[k]) for k in sb)
-        assert all(np.array_equal(sa[k], w) for k, w in ref.weights.items())
-        assert np.array_equal(sa["niti.state"], ref.state)
-        assert np.array_equal(a.predict(data[0][0]), b.predict(data[0][0]))
+    check_chain_against_reference(split, data, split_config)
 
 
 def test_split_step_with_cpu_part_under_qemu_aarch64(tmp_path):
     """The Android setting: the CPU part built for aarch64-neon (NEON kernels) runs under
     qemu-aarch64, the DSP part under qemu-hexagon, the two emulators joined by FIFOs, CPU
     kernels running while the DSP works on a segment; several steps in one pair of emulator
-    processes, bit for bit the all-CPU int8 step on the host."""
+    processes, bit for bit the numpy reference."""
     require_tools("hexagon-v66")
     require_tools("aarch64-neon")
     gen = np.random.default_rng(1)
@@ -66,18 +55,10 @@ def test_split_step_with_cpu_part_under_qemu_aarch64(tmp_path):
     split = ub.compile(model, (x,), y, precision="int8", target="hexagon-v66",
                        optimizer=ub.NITI(dsp_offload=True, cpu_target="aarch64-neon", **common),
                        out_dir=tmp_path / "split")
-    cpu = ub.compile(model, (x,), y, precision="int8", optimizer=ub.NITI(**common),
-                     out_dir=tmp_path / "cpu")
     assert "__neon" in (tmp_path / "split" / "model.c").read_text()  # the Android CPU's kernels
     # the DSP's weight updates run while the CPU part computes the first layers' errors
     assert any(ov.kernels for ov in split.overlaps)
-    with split.build() as a, cpu.build() as b:
-        for xb, yb in data:
-            assert a.step(xb, yb) == b.step(xb, yb)
-        sa, sb = a.int8_state(), b.int8_state()
-        assert sa.keys() == sb.keys()
-        assert all(np.array_equal(sa[k], sb[k]) for k in sb)
-        assert np.array_equal(a.predict(data[0][0]), b.predict(data[0][0]))
+    check_chain_against_reference(split, data, split.config)
 
 
 def test_cpu_target_must_be_a_cpu():

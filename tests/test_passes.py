@@ -82,12 +82,13 @@ def test_every_pass_is_named_and_unknown_names_are_refused(tmp_path):
     x, y = torch.zeros(4, 3, 8, 8), torch.zeros(4, dtype=torch.long)
     with pytest.raises(ub.CompileError, match="unknown pass 'fusion'.*fuse_kernels"):
         ub.compile(EveryPass(), (x,), y, out_dir=tmp_path, disable_passes=("fusion",))
-    # int8 has a pipeline of its own: a float pass's name is unknown there too
-    with pytest.raises(ub.CompileError, match="unknown pass 'fuse_kernels' for "
-                                              "precision='int8'.*simd_kernels"):
+    # int8 runs some of the float pipeline's passes: another one's name is unknown there
+    with pytest.raises(ub.CompileError, match="unknown pass 'microkernels' for "
+                                              "precision='int8'.*fuse_kernels"):
         ub.compile(EveryPass(), (x,), y, out_dir=tmp_path, precision="int8",
-                   disable_passes=("fuse_kernels",))
-    assert [r.name for r in INT8.rewrites] == ["simd_kernels"]
+                   disable_passes=("microkernels",))
+    assert [r.name for r in INT8.rewrites] == ["fuse_kernels", "early_updates",
+                                               "share_in_place"]
 
 
 def test_a_pass_whose_precondition_fails_does_nothing(tmp_path):

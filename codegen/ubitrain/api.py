@@ -10,16 +10,15 @@ import time
 from pathlib import Path
 
 from .errors import UbitrainError
-from .int8.package import Int8Package
 from .int8.update import NITI
 from .memory.plan import MemoryPlan
-from .package import Package
+from .package import Int8Package, Package
 from .pipeline import pipeline_for, run_steps
 from .pipeline.request import checked_request
 from .pipeline.unit import Unit
 from .program.ir import Slot
 from .progress import Steps
-from .project.manifest import Int8Layers, read_manifest
+from .project.manifest import read_manifest
 from .targets import get_target
 
 COMPILE_STEPS = ["trace and differentiate", "lower kernels", "plan memory", "write C project"]
@@ -39,16 +38,8 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
     pipeline/fp32.py declares them), for debugging: the step trains the same, bit for bit
     for the passes that claim it. `instruments`: pipeline/instruments.py Instruments that
     watch every step. `name`: the C prefix (ub_<name>_step); by default out_dir's name."""
-    return compile_with(pipeline_for(precision, target), model, example_inputs, labels, loss,
-                        optimizer, trainable, target, memory_budget, out_dir, progress,
-                        micro_batches, disable_passes, instruments, name)
-
-
-def compile_with(pipeline, model, example_inputs, labels, loss, optimizer, trainable, target,
-                 memory_budget, out_dir, progress, micro_batches, disable_passes, instruments,
-                 name) -> Package:
-    """`compile` through a given pipeline (pipeline/: one not yet behind a precision)."""
     start = time.perf_counter()
+    pipeline = pipeline_for(precision, target, optimizer)
     disabled = pipeline.disabled(disable_passes)
     request = checked_request(pipeline, model, example_inputs, labels, loss, optimizer,
                               trainable, target, memory_budget, out_dir, micro_batches, name)
@@ -66,7 +57,7 @@ def lower(model, example_inputs, labels, loss: str = "cross_entropy", optimizer=
     """The pipeline's lowering steps alone, at `micro_batches`: the unit with its training
     module, kernel library, step programs and memory plan, and no project written (for
     tools and tests that study the step)."""
-    pipeline = pipeline_for(precision, target)
+    pipeline = pipeline_for(precision, target, optimizer)
     request = checked_request(pipeline, model, example_inputs, labels, loss, optimizer,
                               trainable, target, None, ".", micro_batches)
     return _lowering(pipeline, request, pipeline.disabled(disable_passes), ())(micro_batches)
@@ -109,9 +100,8 @@ def load_package(out_dir):
                                "and a Hexagon DSP (NITI(dsp_offload=True)); load_package does "
                                "not rebuild the split: use the Package ub.compile returned")
         niti = {k: tuple(v) if isinstance(v, list) else v for k, v in int8["niti"].items()}
-        package = Int8Package(**common, layer_program=Int8Layers(
-            {k: tuple(v) for k, v in int8["weights"].items()}, int8["state_size"]),
-            config=NITI(**niti))
+        package = Int8Package(**common, config=NITI(**niti),
+                              integer_parameters=list(int8["parameters"]))
     else:
         package = Package(**common)
     return package

@@ -1,6 +1,6 @@
-"""One int8 case of the differential fuzzer: a random model in the int8 op set, trained
-through the int8 step derived from the float graph (pipeline/int8_graph.py) and checked bit
-for bit against NITI's numpy reference (ubitrain.fidelity.niti_check).
+"""One int8 case of the differential fuzzer: a random model in the int8 op set, compiled with
+precision="int8" and checked bit for bit against NITI's numpy reference
+(ubitrain.fidelity.niti_check).
 
 The draw is the float fuzzer's (graphs.py) restricted to what NITI has an integer form
 for: convs (plain, strided, padded, grouped, depthwise; not dilated), Linear on features,
@@ -18,11 +18,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from ubitrain.api import compile_with
+import ubitrain as ub
 from ubitrain.fidelity.niti_check import compare_with_reference
 from ubitrain.int8.update import NITI
-from ubitrain.pipeline.int8_graph import INT8_GRAPH
 
 from .case import Outcome, run_guarded, seeded_batches
 from .graphs import Graph, instantiate, random_graph
@@ -78,9 +78,9 @@ def _run(case: Int8Case, tmp: Path) -> Outcome:
     model = instantiate(g, case.seed)
     batches = [(x.numpy(), y.numpy()) for x, y in seeded_batches(
         case.seed, 0, g.input_shape, case.steps, g.loss, g.outputs)]
-    pkg = compile_with(INT8_GRAPH, model, (batches[0][0],), batches[0][1].astype(np.int64),
-                       "cross_entropy", case.config, None, "host", None, tmp / "m", False,
-                       None, (), (), None)
+    pkg = ub.compile(model, (torch.from_numpy(batches[0][0]),),
+                     torch.from_numpy(batches[0][1].astype(np.int64)), precision="int8",
+                     optimizer=case.config, out_dir=tmp / "m", progress=False)
     trainer = pkg.build()
     try:
         run = compare_with_reference(trainer, model, batches, case.config)

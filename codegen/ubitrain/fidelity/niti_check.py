@@ -29,24 +29,27 @@ class NitiComparison:
     skipped: int = 0  # shift reductions the reference's adaptive sites skipped
 
 
-def compare_with_reference(trainer, model, batches, config) -> NitiComparison:
-    """Train `trainer` (an int8 compile of `model`, fresh) on `batches` of (x, labels) beside
-    the reference with `config` (ub.NITI); stop at the first step that differs."""
+def compare_with_reference(trainer, model, batches, config,
+                           first_step: int = 0) -> NitiComparison:
+    """Train `trainer` (an int8 compile of `model` with its rescale sites fresh, `first_step`
+    steps done) on `batches` of (x, labels) beside the reference with `config` (ub.NITI),
+    from the trainer's parameters; stop at the first step that differs."""
     model = fold_batch_norms(model)  # what the compile trains
     mode = ADAPTIVE if config.adaptive_rescale else EXACT_COUNTED
     example = torch.as_tensor(np.asarray(batches[0][0]))
     reference = NitiGraphReference(model, example, mode, config.max_interval)
-    state = trainer.parameters()
+    state = trainer.int8_parameters()
     names = [n for n, _ in model.named_parameters()]
+    trained = set(trainer.package.trainable)  # a frozen parameter keeps its values
     params = {n: (state[n], int(state[f"{n}.exponent"][0])) for n in names}
     out = NitiComparison()
     for step, (x, y) in enumerate(batches):
         x, y = np.asarray(x), np.asarray(y)
         loss = trainer.step(x, y)
         want_loss, grads = reference.step(x, y, params)
-        params = {n: (niti_update(v, grads[n], config.mu_at(step)).astype(v.dtype), e)
-                  for n, (v, e) in params.items()}
-        got = trainer.parameters()
+        params = {n: (niti_update(v, grads[n], config.mu_at(first_step + step)).astype(v.dtype)
+                      if n in trained else v, e) for n, (v, e) in params.items()}
+        got = trainer.int8_parameters()
         out.differences += [f"step {step}: {n} differs in {int((got[n] != params[n][0]).sum())}"
                             f" of {got[n].size} elements" for n in names
                             if not np.array_equal(got[n], params[n][0])]

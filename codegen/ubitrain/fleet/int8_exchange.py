@@ -1,13 +1,13 @@
-"""int8 (NITI) clients in a fleet: what travels, how the server merges it exactly in
-integers, and one client's round.
+"""int8 (NITI) clients in a fleet: what travels, how the server merges it exactly in integers,
+and one client's round.
 
-What travels. Down, the global model: each weight's int8 values, its exponent under
-`<name>.exponent` (int32 [1]; weight = value x 2^exponent) and `niti.step` (int64 [1]), the
-steps the fleet has completed. Up, from each client: its int8 weights and exponents after
-the round, with `num-examples` and `local-steps` in its metrics. A client keeps nothing
-between rounds: it loads the weights and exponents, zeroes its NITI state vector (adaptive
-rescaling's shifts and intervals are a local cache, rebuilt by the first step) and sets the
-vector's step counter to `niti.step`.
+What travels. Down, the global model: each parameter's integer values (an int8 weight, an
+int32 bias), its exponent under `<name>.exponent` (int32 [1]; value x 2^exponent) and
+`niti.step` (int64 [1]), the steps the fleet has completed. Up, from each client: its int8
+weights and exponents after the round, with `num-examples` and `local-steps` in its metrics.
+A client keeps nothing between rounds: it loads the weights and exponents, zeroes its
+rescale sites (adaptive rescaling's shifts and intervals are a local cache, rebuilt by the
+first step) and sets its count of completed steps to `niti.step`.
 
 The step counter counts the steps of the whole fleet: each round adds the local steps of the
 clients that replied. After R rounds it equals the steps of central training on as many
@@ -22,12 +22,11 @@ int8 values q_k, exponents e_k), in exact integer arithmetic:
 
 `rounding="nearest"`: to nearest, ties to even. `rounding="stochastic"`: floor(S/D) + 1 with
 probability (S mod D)/D, the draw u < S mod D of u uniform in [0, D), from numpy's
-default_rng((seed, round)), one draw per element, weights in sorted name order. |S| <= 127 D,
-so q lies in [-127, 127] with no clipping. NITI never changes a weight's exponent in
-training (its update moves int8 values), so clients that start a round from the same model
-return the same exponents: then E = lo = e_k, D = N, and the global exponents stay those of
-the initial model, as in central training.
-"""
+default_rng((seed, round)), one draw per element, weights in sorted name order. |S| <= L D
+for the type's bound L (127 for int8), so q stays in the type with no clipping. NITI never
+changes a weight's exponent in training (its update moves int8 values), so clients that
+start a round from the same model return the same exponents: then E = lo = e_k, D = N, and
+the global exponents stay those of the initial model, as in central training."""
 
 from __future__ import annotations
 
@@ -35,7 +34,7 @@ import numpy as np
 from flwr.serverapp.strategy import FedAvg
 
 from ..errors import UbitrainError
-from ..int8.trainer import EXPONENT
+from ..runtime.int8_trainer import EXPONENT, LIMITS
 from .local import LocalTraining, batch_indices
 from .records import as_numpy, as_record
 
@@ -51,7 +50,7 @@ def exchanged_int8_names(trainer, sparse: bool) -> list[str]:
     """The weights that travel (with a sparse update only the trained ones: the frozen ones
     never change); each with its exponent."""
     trained = set(trainer.package.trainable)
-    return [key for name in trainer.package.layer_program.weights
+    return [key for name in trainer.package.integer_parameters
             if not sparse or name in trained for key in (name, name + EXPONENT)]
 
 
@@ -98,20 +97,24 @@ def _checked(updates: list[tuple[dict, int]]) -> list[str]:
                                     f"{list(tensors[name].shape)}, reply 0 of shape "
                                     f"{list(updates[0][0][name].shape)}")
             exponent = tensors.get(name + EXPONENT)
-            if tensors[name].dtype != np.int8 or exponent is None or \
+            if tensors[name].dtype not in LIMITS or exponent is None or \
                     np.asarray(exponent).dtype.kind not in "iu" or np.size(exponent) != 1:
                 raise UbitrainError(
                     f"integer_fedavg: reply {i} sends {name} as {tensors[name].dtype} with "
-                    f"exponent {exponent!r}; an int8 fleet exchanges int8 weights, each with "
-                    f"one integer exponent under {name + EXPONENT!r} (an fp32 client in an "
-                    "int8 fleet?)")
+                    f"exponent {exponent!r}; an int8 fleet exchanges int8 weights (int32 "
+                    f"biases), each with one integer exponent under {name + EXPONENT!r} (an "
+                    "fp32 client in an int8 fleet?)")
+            if tensors[name].dtype != updates[0][0][name].dtype:
+                raise UbitrainError(f"integer_fedavg: reply {i} sends {name} as "
+                                    f"{tensors[name].dtype}, reply 0 as "
+                                    f"{updates[0][0][name].dtype}")
     return names
 
 
 def integer_fedavg(updates: list[tuple[dict, int]], rounding: str = "nearest",
                    seed: tuple[int, int] = (0, 0)) -> dict[str, np.ndarray]:
-    """The sample-weighted mean of int8 weights, exactly, rounded back to int8 at the
-    largest client exponent (module docstring). `updates`: (int8 weights and exponents,
+    """The sample-weighted mean of integer parameters, exactly, rounded back to their type
+    at the largest client exponent (module docstring). `updates`: (integer values and exponents,
     sample count) per client; `seed`: (fleet seed, round) of stochastic rounding."""
     if rounding not in ROUNDINGS:
         raise UbitrainError(f"rounding={rounding!r}: choose one of {', '.join(ROUNDINGS)}")
@@ -123,7 +126,8 @@ def integer_fedavg(updates: list[tuple[dict, int]], rounding: str = "nearest",
     for name in names:
         exps = [int(np.asarray(t[name + EXPONENT]).reshape(-1)[0]) for t, _ in updates]
         lo, top = min(exps), max(exps)
-        if 127 * total * 2.0 ** (top - lo) >= 2.0 ** 62:
+        dtype = updates[0][0][name].dtype
+        if LIMITS[dtype] * total * 2.0 ** (top - lo) >= 2.0 ** 62:
             raise UbitrainError(f"integer_fedavg: the clients' exponents of {name} span "
                                 f"{lo} to {top}; the exact sum of {total} samples' weights "
                                 "needs more than 62 bits. Clients of one fleet should start "
@@ -138,7 +142,7 @@ def integer_fedavg(updates: list[tuple[dict, int]], rounding: str = "nearest",
             up = (2 * rest > divisor) | ((2 * rest == divisor) & (low % 2 == 1))
         else:
             up = rng.integers(0, divisor, size=rest.shape, dtype=np.int64) < rest
-        merged[name] = (low + up).astype(np.int8)
+        merged[name] = (low + up).astype(dtype)
         merged[name + EXPONENT] = np.array([top], np.int32)
     return merged
 

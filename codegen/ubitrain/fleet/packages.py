@@ -70,7 +70,7 @@ def open_trainer(package, library: Path | None, seed: int):
         from ..runtime.host_trainer import HostTrainer
         trainer = HostTrainer(library, package, seed=seed)
         if getattr(package, "precision", "fp32") == "int8":
-            from ..int8.trainer import Int8Trainer
+            from ..runtime.int8_trainer import Int8Trainer
             trainer = Int8Trainer(trainer, package)
         return trainer
     return package.build(seed=seed, progress=False)

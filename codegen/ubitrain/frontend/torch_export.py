@@ -118,7 +118,7 @@ def _state_names(model: torch.nn.Module) -> tuple[dict, dict]:
     return tensors, canonical
 
 
-def _module_path(node) -> str:
+def module_path(node) -> str:
     stack = node.meta.get("nn_module_stack") or {}
     if not stack:
         return "<top>"
@@ -134,8 +134,8 @@ def check_supported(exported, folded=()) -> None:
     for node in exported.graph.nodes:
         if (node.op == "call_function" and node.target not in ATEN_CONVERTERS
                 and node not in folded):
-            label = _op_label(node.target)
-            problems.setdefault(f"{_module_path(node)}: {label} is not supported", label)
+            label = op_label(node.target)
+            problems.setdefault(f"{module_path(node)}: {label} is not supported", label)
     if problems:
         supported = [n.split(".")[-1] for n in supported_op_names()]
         lines = []
@@ -148,7 +148,7 @@ def check_supported(exported, folded=()) -> None:
                                  "lists every supported op.")
 
 
-def _op_label(target) -> str:
+def op_label(target) -> str:
     """"aten.elu" for a default overload, "aten.conv2d.padding" for another one."""
     if getattr(target, "_overloadpacket", None) is None:
         return getattr(target, "__name__", str(target))
@@ -168,7 +168,7 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
     exported = export_module(model, example_inputs, training)
     folded = fold_constants(exported, lambda node: node.target in ATEN_CONVERTERS)
     check_traced_dtypes([n for n in exported.graph.nodes if n not in folded],
-                        lambda n: f"{_module_path(n)}: {_op_label(n.target)}")
+                        lambda n: f"{module_path(n)}: {op_label(n.target)}")
     check_supported(exported, folded)
     signature = exported.graph_signature
     state_dict, canonical = _state_names(model)
@@ -222,7 +222,7 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
             if node in folded:
                 env[node] = _as_constant(folded[node])
             elif node.op == "call_function":
-                ctx.where = _module_path(node)
+                ctx.where = module_path(node)
                 env[node] = _convert(ctx, node, env)
             elif node.op == "output":
                 outputs = list(node.args[0])
@@ -261,6 +261,6 @@ def _convert(ctx: ConvertContext, node, env):
     except CompileError:
         raise
     except Exception as err:
-        raise CompileError(f"{ctx.where}: converting {_op_label(node.target)} failed: "
+        raise CompileError(f"{ctx.where}: converting {op_label(node.target)} failed: "
                            f"{err}") from err
 

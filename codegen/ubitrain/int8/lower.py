@@ -12,7 +12,7 @@ import math
 import torch
 
 from ..errors import CompileError, UnsupportedOpError
-from ..frontend.torch_export import _module_path, _op_label, export_module
+from ..frontend.torch_export import export_module, module_path, op_label
 from ..niti.quantize import quantize_weight
 from . import fallback
 from .layers import Conv, Elementwise, Flatten, LayerProgram, MaxPool, ReLU
@@ -81,7 +81,7 @@ def _max_pool(node, where, x, kernel_size, stride=None, padding=0, dilation=1,
 def _flatten(node, where, x, *args):
     xs, ys = _shape(x), _shape(node)
     if len(ys) != 2 or ys[0] != xs[0] or ys[1] != math.prod(xs[1:]):
-        raise UnsupportedOpError(f"{where}: {_op_label(node.target)} to {list(ys)}: "
+        raise UnsupportedOpError(f"{where}: {op_label(node.target)} to {list(ys)}: "
                                  "precision='int8' reshapes only by flattening to "
                                  "[batch, features]")
     return Flatten(xs, ys, where=where)
@@ -102,11 +102,11 @@ INT8_LAYERS = {
 
 
 def supported_int8_ops() -> list[str]:
-    return sorted({_op_label(op) for op in INT8_LAYERS})
+    return sorted({op_label(op) for op in INT8_LAYERS})
 
 
 def _elementwise(node, where, x, **kwargs):
-    op = _op_label(node.target)
+    op = op_label(node.target)
     f, f_exp, d, d_exp = fallback.tables(op, **kwargs)
     return Elementwise(op, _shape(node), f, f_exp, d, d_exp, where=where)
 
@@ -116,9 +116,9 @@ def lower_module(model: torch.nn.Module, example_input: torch.Tensor,
     exported = export_module(model, (example_input,), training=True)
     graph = exported.graph
     allowed = set(float_fallback)
-    problems = [f"{_module_path(n)}: {_op_label(n.target)}" for n in graph.nodes
+    problems = [f"{module_path(n)}: {op_label(n.target)}" for n in graph.nodes
                 if n.op == "call_function" and n.target not in INT8_LAYERS
-                and _op_label(n.target) not in allowed]
+                and op_label(n.target) not in allowed]
     if problems:
         ops = "; ".join(dict.fromkeys(problems))
         raise UnsupportedOpError(
@@ -141,10 +141,10 @@ def lower_module(model: torch.nn.Module, example_input: torch.Tensor,
     for node in graph.nodes:
         if node.op != "call_function":
             continue
-        where = _module_path(node)
+        where = module_path(node)
         x = node.args[0]
         if x is not current:
-            raise UnsupportedOpError(f"{where}: {_op_label(node.target)} does not take the "
+            raise UnsupportedOpError(f"{where}: {op_label(node.target)} does not take the "
                                      "previous layer's output; precision='int8' trains a "
                                      "chain of layers (no branches or residual adds)")
         convert = INT8_LAYERS.get(node.target, _elementwise)
@@ -152,7 +152,7 @@ def lower_module(model: torch.nn.Module, example_input: torch.Tensor,
         if isinstance(layer, Conv):
             name = targets.get(layer.weight)
             if name is None:
-                raise CompileError(f"{where}: the weight of {_op_label(node.target)} is not a "
+                raise CompileError(f"{where}: the weight of {op_label(node.target)} is not a "
                                    "parameter of the module")
             add_weight(program, layer, name, state[name].detach().cpu().numpy())
         program.layers.append(layer)

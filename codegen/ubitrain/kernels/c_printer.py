@@ -182,8 +182,10 @@ class _Printer:
             if dtype == "bool":
                 return "1" if e.value else "0"
             v = int(e.value)
-            if dtype == "int64":
-                return f"INT64_C({v})"
+            if dtype == "int64":  # INT64_MIN has no literal: its negation overflows
+                return f"INT64_C({v})" if v > -(2**63) else "(INT64_C(-9223372036854775807) - 1)"
+            if dtype.startswith("uint"):  # unsigned, so that the expression it is in is too
+                return f"UINT64_C({v})" if dtype == "uint64" else f"{v}u"
             return str(v) if v >= -(2**31) + 1 else f"({v + 1} - 1)"
         if t is prim.FloatImm:
             return c_float_literal(float(e.value), dtype_of(e))

@@ -1,9 +1,9 @@
 """The compile pipeline: one declared sequence of steps per precision.
 
     fp32.py         the float32 pipeline, its steps listed in order at the top
-    int8.py         the int8 (NITI) pipeline
-    int8_graph.py   its successor, derived from the float pipeline (not yet behind a
-                    precision; docs/int8.md)
+    int8.py         the int8 (NITI) pipeline: the float one's, made integer after tracing
+    int8_chain.py   the older chain-only int8 pipeline, left for NITI(dsp_offload=True)
+                    and NITI(float_fallback=...) until the int8 one has them
     steps.py        Step, Rewrite (a step that can be switched off, with its precondition
                     and its bit-exactness claim) and Pipeline
     unit.py         the request and the unit of compilation the steps transform
@@ -17,17 +17,21 @@ from ..errors import CompileError
 from .fp32 import FP32
 from .instruments import CallTrace, Instrument
 from .int8 import INT8
+from .int8_chain import INT8_CHAIN
 from .steps import Pipeline, Rewrite, Step, run_steps
 
 PIPELINES = {p.precision: p for p in (FP32, INT8)}
 
 
-def pipeline_for(precision: str, target: str = "host") -> Pipeline:
+def pipeline_for(precision: str, target: str = "host", optimizer=None) -> Pipeline:
     if precision not in PIPELINES:
         raise CompileError(f"precision {precision!r} is not available for target {target!r}; "
                            f"available: {', '.join(PIPELINES)}")
+    if precision == "int8" and (getattr(optimizer, "dsp_offload", False)
+                                or getattr(optimizer, "float_fallback", ())):
+        return INT8_CHAIN
     return PIPELINES[precision]
 
 
-__all__ = ["PIPELINES", "FP32", "INT8", "CallTrace", "Instrument", "Pipeline", "Rewrite",
-           "Step", "pipeline_for", "run_steps"]
+__all__ = ["PIPELINES", "FP32", "INT8", "INT8_CHAIN", "CallTrace", "Instrument", "Pipeline",
+           "Rewrite", "Step", "pipeline_for", "run_steps"]

@@ -1,193 +1,106 @@
-"""The int8 pipeline (NITI integer-only training): every step of an int8 compile, in order.
+"""The int8 (NITI) pipeline, precision="int8": the float pipeline's steps, with the training
+module made integer right after it is traced (docs/int8.md).
 
 Lowering:
-    niti_layers        the model as a chain of NITI layers (int8/lower.py, int8/onnx_lower.py)
-      simd_kernels *   the int8 inner loops with the ISA's intrinsics
-    int8_programs      the integer train_step and predict programs (int8/program.py)
-    dsp_placement      on a DSP target: each kernel on the DSP or the CPU (int8/placement.py)
-    defer_dsp_updates  with dsp_offload: DSP weight updates late, beside CPU work
-    plan_memory        one arena (memory/plan.py)
+    fold_batch_norm       each BatchNorm folded into the layer before it
+                          (training/batch_norm_folding.py)
+    integer_ops           every op one with an integer form (training/niti_ops.py)
+    trace                 the model traced, its loss appended, differentiated (Relax)
+    niti_graph            the functions and state made NITI's integer ones
+                          (training/niti_module.py, training/niti_graph.py)
+    kernel_library        where each kernel is printed once
+    legalize_fused_ops    NITI's integer ops (lowering/niti_kernels.py) as TIR
+    legalize              every other Relax op as a TIR PrimFunc
+      fuse_kernels *      elementwise chains fused
+    state_slots           integer parameters, their exponents, the rescale sites
+    train_calls           the training function walked into calls
+    optimizer_updates     NITI's update per trained parameter
+      early_updates *     each update right after its last use
+    finish_train          the train_step program
+    predict               the evaluation-mode forward (exact rescaling)
+      share_in_place *    elementwise outputs over inputs that die there
+    frozen_state_in_flash on a board: state no step writes as const data in flash
+    plan_memory           one arena
 Finishing:
-    check_budget       the arena against memory_budget (no recomputation in int8 yet)
-    check_board        the plan against the board's SRAM and flash
-    split_for_dsp      with dsp_offload: the step split into a CPU part and a DSP part
-    write_project      the C project
+    fit_memory_budget     recompute or page to fit a budget (one micro-batch)
+    check_board, write_project, package: as fp32.py's
 
-(* a rewrite: `disable_passes` switches it off by name.)
+(* a rewrite: `disable_passes` switches it off by name.) NITI(dsp_offload=True) and
+NITI(float_fallback=...) still go through the older chain-only pipeline (int8_chain.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 
 import torch
 
 from ..errors import CompileError
-from ..int8.lower import lower_module
-from ..int8.onnx_lower import lower_onnx
-from ..int8.package import Int8Package
-from ..int8.placement import place
-from ..int8.program import build_int8_programs
-from ..int8.trainable import freeze
 from ..int8.update import NITI
-from ..memory.plan import plan_memory
+from ..memory.micro_batching import fit_micro_batched
 from ..niti.loss import MAX_CLASSES
-from ..program.ir import Program
-from ..project.emit import render_project
+from ..niti.rescale import ADAPTIVE, EXACT_COUNTED
+from ..package import Int8Package
 from ..project.manifest import write_manifest
-from ..targets import check_board_fit, get_target
-from .request import example_batch
+from ..training.batch_norm_folding import fold_batch_norms
+from ..training.niti_module import niti_training_module
+from ..training.niti_ops import check_integer_ops
+from . import fp32
 from .steps import Pipeline, Rewrite, Step
 
-TRACE, LOWER, PLAN, WRITE = ("trace and differentiate", "lower kernels", "plan memory",
-                             "write C project")
 
-
-@dataclass
-class NitiParts:
-    """What the int8 steps make beside the shared unit fields."""
-
-    layers: object  # int8/layers.py LayerProgram
-    config: NITI
-    programs: object = None  # int8/program.py Int8Programs
-    placement: list | None = None  # on a DSP target: DSP or CPU per train_step call
-    order: list | None = None  # with dsp_offload: train_step's calls reordered
-    kernels: list | None = None  # the C sources
-    segments: list | None = None  # with dsp_offload: the DSP's methods
-    overlaps: list | None = None  # CPU kernels run during each
-    cpu_part: Program | None = None  # with dsp_offload: train_step's CPU part
-    isa: str = "scalar"  # the int8 inner loops of the CPU part (or the whole step)
-    dsp_isa: str = "scalar"  # and of the DSP part
-
-
-def niti_layers(unit):
+def fold_batch_norm(unit):
     r = unit.request
+    if isinstance(r.model, torch.nn.Module):
+        unit.request = dataclasses.replace(r, model=fold_batch_norms(r.model))
+
+
+def integer_ops(unit):
+    r = unit.request
+    if isinstance(r.model, torch.nn.Module):
+        check_integer_ops(r.model, r.example_inputs)
+
+
+def niti_graph(unit):
+    r, config = unit.request, unit.request.optimizer
     x, labels = r.example_inputs[0], r.labels
-    if len(r.example_inputs) != 1:
-        raise CompileError(f"precision='int8' trains a model with one input; got "
-                           f"{len(r.example_inputs)}")
     if not x.dtype.is_floating_point or labels.dim() != 1 or labels.shape[0] != x.shape[0] \
             or labels.dtype != torch.int64:
         raise CompileError("precision='int8' needs a float input batch and int64 class labels "
                            f"[batch]; got input {x.dtype} and labels {labels.dtype} "
                            f"{list(labels.shape)}")
-    config = r.optimizer
-    onnx = not isinstance(r.model, torch.nn.Module)
-    lower = lower_onnx if onnx else lower_module
-    layers = lower(r.model, x.float(), config.float_fallback)
-    no_grad = frozenset() if onnx else frozenset(
-        n for n, p in r.model.named_parameters() if not p.requires_grad)
-    if r.trainable is not None or no_grad:
-        freeze(layers, r.trainable, no_grad)
-    if layers.classes > MAX_CLASSES:
-        raise CompileError(f"precision='int8': {layers.classes} classes; the integer softmax "
+    if not unit.tm.trainable:
+        names = ", ".join(s.name for s in unit.tm.graph.state if s.is_parameter)
+        raise CompileError(f"trainable={r.trainable!r} selects no parameter to train, and "
+                           f"precision='int8' trains at least one: name at least one of {names}")
+    classes = int(unit.tm.predict_graph.output.ty.shape[-1])
+    if classes > MAX_CLASSES:
+        raise CompileError(f"precision='int8': {classes} classes; the integer softmax "
                            f"gradient supports at most {MAX_CLASSES}")
-    if config.dsp_offload and not unit.target.dsp:
-        raise CompileError(f"NITI(dsp_offload=True) splits the step between a CPU and a DSP; "
-                           f"target {unit.target.name!r} has no DSP: use a DSP target such as "
-                           "'hexagon-v66'")
-    unit.niti = NitiParts(layers, config)
+    mode = ADAPTIVE if config.adaptive_rescale else EXACT_COUNTED
+    unit.tm = niti_training_module(unit.tm, r.model, x, mode, config.max_interval)
 
 
-def _cpu(unit):
-    """A split step's CPU part runs where NITI.cpu_target says; else all on the target."""
-    config = unit.niti.config
-    return get_target(config.cpu_target) if config.dsp_offload else unit.target
-
-
-def has_simd(unit) -> str | None:
-    if _cpu(unit).kernel_isa("int8") == "scalar" and unit.target.kernel_isa("int8") == "scalar":
-        return f"target {unit.target.name} has no int8 intrinsics"
-    return None
-
-
-def simd_kernels(unit):
-    unit.niti.isa = _cpu(unit).kernel_isa("int8")
-    unit.niti.dsp_isa = unit.target.kernel_isa("int8")
-
-
-def _cache(unit) -> int | None:
-    return unit.niti.config.dsp_cache_bytes if unit.target.dsp else None
-
-
-def int8_programs(unit):
-    n = unit.niti
-    n.programs = build_int8_programs(n.layers, n.config, n.isa, _cache(unit))
-    p = n.programs
-    unit.train, unit.predict, unit.state, unit.opt_state = p.train, p.predict, p.state, \
-        p.opt_state
-    unit.inputs, unit.labels, unit.output = p.inputs, p.labels, p.output
-    n.kernels = p.kernels
-
-
-def dsp_placement(unit):
-    if unit.target.dsp:
-        unit.niti.placement = place(unit.train)
-
-
-def defer_dsp_updates(unit):
-    n = unit.niti
-    if not n.config.dsp_offload:
-        return
-    from ..int8.overlap import defer_weight_updates
-    n.order = defer_weight_updates(unit.train, n.placement)
-    unit.train = n.programs.train = Program(unit.train.name,
-                                            [unit.train.calls[k] for k in n.order])
-    n.placement = [n.placement[k] for k in n.order]
-
-
-def memory_plan(unit):
-    unit.plan = plan_memory([unit.train, unit.predict], alignment=unit.target.alignment)
-
-
-def check_budget(unit):
-    if unit.request.memory_budget is not None:
-        from ..memory.budget import check_budget
-        check_budget(unit.plan, unit.request.memory_budget)
-
-
-def check_board(unit):
-    check_board_fit(unit.target, unit.plan, unit.inputs, unit.labels, unit.output)
-
-
-def split_for_dsp(unit):
-    """The CPU part calls the DSP part's methods (int8/offload.py), overlapped with the CPU
-    kernels that do not touch their buffers (int8/overlap.py)."""
-    n, r = unit.niti, unit.request
-    if not n.config.dsp_offload:
-        return
-    from ..int8 import offload, overlap
-    full = unit.train
-    n.segments = offload.segments_of(full, n.placement)
-    cpu = offload.split_program(full, n.segments)
-    n.overlaps = overlap.schedule(cpu, n.segments, unit.plan)
-    n.cpu_part = overlap.apply(cpu, n.segments, unit.plan)
-    n.kernels = n.kernels + [offload.cpu_source(r.name, n.segments, unit.plan, n.overlaps)]
-    dsp = build_int8_programs(n.layers, n.config, n.dsp_isa, _cache(unit))
-    dsp.train = Program(dsp.train.name, [dsp.train.calls[k] for k in n.order])
-    offload.render_dsp(r.out_dir, r.name, full, dsp.train, dsp.kernels, n.segments, unit.plan)
-    offload.render_cpu_driver(r.out_dir, r.name)
-
-
-def project(unit):
-    n, r = unit.niti, unit.request
-    train = n.cpu_part or unit.train
-    render_project(r.out_dir, r.name, train, unit.predict, unit.plan, n.kernels,
-                   unit.state, unit.opt_state, list(n.layers.weights), unit.inputs,
-                   unit.labels, unit.output, n.layers.classes, target=r.target,
-                   trace_calls=unit.trace_calls, example_batch=example_batch(r))
+def fit_memory_budget(unit):
+    """fp32's fit at one micro-batch (the integer step has no gradient accumulation yet).
+    A recomputed call reads the rescale sites as they were at the start of the step (their
+    new values are copied back at its end), so it rescales as the first run did."""
+    r = unit.request
+    if r.memory_budget is not None:
+        unit.train, unit.plan = fit_micro_batched(unit, unit.lower, r.memory_budget, r.target,
+                                                  r.batch, forced=1)[1:]
 
 
 def package(unit):
-    n, r, p = unit.niti, unit.request, unit.niti.programs
+    r, tm = unit.request, unit.tm
     unit.package = Int8Package(
         out_dir=r.out_dir, model_name=r.name, target=r.target, memory_plan=unit.plan,
-        inputs=unit.inputs, labels=unit.labels, output=unit.output, classes=n.layers.classes,
-        trainable=[c.weight for c in n.layers.convs() if c.trainable],
-        programs={"train_step": unit.train, "predict": unit.predict,
-                  "cpu_part": n.cpu_part or unit.train},
-        kernel_count=len(p.kernels) - 2, layer_program=n.layers, config=n.config,
-        placement=n.placement, segments=n.segments, overlaps=n.overlaps)
+        inputs=unit.inputs, labels=unit.labels, output=unit.output,
+        classes=unit.output.shape[-1], trainable=tm.trainable,
+        programs={"train_step": unit.train, "predict": unit.predict},
+        kernel_count=len(unit.library.kernels), frozen_in_flash=list(unit.frozen),
+        skipped_passes=dict(unit.skipped), config=r.optimizer,
+        integer_parameters=[s.name for s in tm.graph.state if s.is_parameter])
     write_manifest(unit.package)  # package.json: the project loads without this process
 
 
@@ -212,30 +125,50 @@ def check_options(loss, micro_batches):
 INT8 = Pipeline(
     "int8",
     lowering=(
-        Step("niti_layers", niti_layers, "the model as a chain of NITI layers "
-             "(int8/lower.py, int8/onnx_lower.py)", phase=TRACE),
-        Rewrite("simd_kernels", simd_kernels, "the int8 inner loops (dot products, GEMMs, "
-                "rescaling rows) with the ISA's intrinsics instead of plain C (int8/simd.py); "
-                "integer sums are exact in any order", requires=has_simd),
-        Step("int8_programs", int8_programs, "the integer train_step and predict programs "
-             "(int8/program.py)", phase=LOWER),
-        Step("dsp_placement", dsp_placement, "on a DSP target: each kernel on the DSP or the "
-             "CPU (int8/placement.py)"),
-        Step("defer_dsp_updates", defer_dsp_updates, "with dsp_offload: the DSP's weight "
-             "updates late, to run beside CPU kernels (int8/overlap.py)"),
-        Step("plan_memory", memory_plan, "one arena (memory/plan.py)", phase=PLAN),
+        Step("fold_batch_norm", fold_batch_norm, "each BatchNorm folded into the conv or "
+             "linear before it, with its running statistics (training/batch_norm_folding.py)",
+             phase=fp32.TRACE),
+        Step("integer_ops", integer_ops, "every op of the model one with an integer form, "
+             "or an error naming those without (training/niti_ops.py)"),
+        Step("trace", fp32.trace, "the model traced, its loss appended and differentiated "
+             "(training/graph.py)"),
+        Step("niti_graph", niti_graph, "the training module made NITI's integer one "
+             "(training/niti_module.py)"),
+        Step("kernel_library", fp32.kernel_library, "the kernels, each printed once "
+             "(kernels/library.py)", phase=fp32.LOWER),
+        Step("legalize_fused_ops", fp32.fused_ops_as_tir, "NITI's integer ops as TIR "
+             "(lowering/niti_kernels.py)"),
+        Step("legalize", fp32.legalize, "every other Relax op as a TIR PrimFunc "
+             "(lowering/legalize.py)"),
+        Rewrite("fuse_kernels", fp32.fused_kernels, "elementwise chains fused into one kernel "
+                "(lowering/fusion.py)"),
+        Step("state_slots", fp32.slots_of_state, "integer parameters, exponents and rescale "
+             "sites as slots (program/state_slots.py)"),
+        Step("train_calls", fp32.walk_train, "the training function walked into calls "
+             "(program/train_step.py)"),
+        Step("optimizer_updates", fp32.add_optimizer_updates, "NITI's update per trained "
+             "parameter (program/optimizer_update.py)"),
+        Rewrite("early_updates", fp32.updates_early, "each update right after the last use "
+                "of its parameter and gradient (program/optimizer_update.py)",
+                requires=fp32.has_updates),
+        Step("finish_train", fp32.finish_train, "the train_step program"),
+        Step("predict", fp32.walk_predict, "the evaluation-mode forward "
+             "(program/predict_step.py)"),
+        Rewrite("share_in_place", fp32.in_place, "an elementwise kernel writes over an input "
+                "that dies there (program/inplace.py)"),
+        Step("frozen_state_in_flash", fp32.frozen_in_flash, "on targets whose flash and SRAM "
+             "are distinct, state no step writes (the exponents, frozen layers) as const data "
+             "(program/frozen_state.py)"),
+        Step("plan_memory", fp32.memory_plan, "one arena (memory/plan.py)", phase=fp32.PLAN),
     ),
     finishing=(
-        Step("check_budget", check_budget, "the arena against memory_budget "
-             "(memory/budget.py)"),
-        Step("check_board", check_board, "the plan against the board's SRAM and flash "
-             "(targets/fit.py)"),
-        Step("split_for_dsp", split_for_dsp, "with dsp_offload: the step split into a CPU "
-             "part and a DSP part (int8/offload.py)", phase=WRITE),
-        Step("write_project", project, "model.h, model.c, CMakeLists.txt, runtime_c "
+        Step("fit_memory_budget", fit_memory_budget, "keep, recompute or page to fit a budget "
+             "(memory/budget.py); one micro-batch"),
+        Step("check_board", fp32.check_board, "the plan against the board's SRAM and flash "
+             "(targets/fit.py)", phase=fp32.WRITE),
+        Step("write_project", fp32.project, "model.h, model.c, CMakeLists.txt, runtime_c "
              "(project/emit.py)"),
-        Step("package", package, "what the compile tells its caller (int8/package.py), and "
-             "package.json for a copy of the project (project/manifest.py)"),
+        Step("package", package, "what the compile tells its caller (package.py)"),
     ),
     check_options=check_options,
     checked_optimizer=checked_optimizer,

@@ -26,7 +26,7 @@ from ..errors import UbitrainError
 
 MANIFEST = "package.json"
 FORMAT = "ubitrain.package"
-VERSION = 1
+VERSION = 2  # 2: an int8 package lists its integer parameters
 STATE_KINDS = ("parameter", "buffer", "optimizer_state")
 
 
@@ -94,11 +94,8 @@ def manifest_of(package) -> dict:
         "kernel_count": int(package.kernel_count),
     }
     if data["precision"] == "int8":
-        program = package.layer_program
         data["int8"] = {
-            "weights": {name: [int(d) for d in values.shape]
-                        for name, (values, _) in program.weights.items()},
-            "state_size": int(program.state_size),
+            "parameters": list(package.integer_parameters),
             "niti": dataclasses.asdict(package.config),
             "dsp_offload": package.segments is not None}
     return data
@@ -141,11 +138,3 @@ def read_manifest(out_dir) -> dict:
                            f"{', ...' if len(bad) > 3 else ''}); copy the whole project again")
     return data
 
-
-@dataclasses.dataclass(frozen=True)
-class Int8Layers:
-    """What an int8 trainer reads of the layer program, from the manifest: the weights'
-    names (in the program's order) with their shapes, and the NITI state vector's size."""
-
-    weights: dict
-    state_size: int

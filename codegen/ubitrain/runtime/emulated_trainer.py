@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import RuntimeStatusError
 from .checkpoint_files import SlotFiles, slot_prefix
-from .trainer_base import DTYPES, TrainerBase
+from .trainer_base import DTYPES, TrainerBase, step_count
 
 MAGIC = 0x75627472
 
@@ -156,6 +156,11 @@ class EmulatedTrainer(TrainerBase):
         self._send(b"C")
         _, step = struct.unpack("<QI", self._recv(12))
         return step
+
+    @steps.setter
+    def steps(self, count: int) -> None:
+        self._send(b"N", struct.pack("<I", step_count(count)))
+        self._check(self._status(), "set the step count")
 
     # ---- the process -------------------------------------------------------------------------
     def close(self, kill: bool = False):

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .checkpoint_files import slot_prefix
-from .trainer_base import DTYPES, STATUS_TEXT, TrainerBase  # noqa: F401 (re-exported)
+from .trainer_base import DTYPES, STATUS_TEXT, TrainerBase, step_count  # noqa: F401 (re-exported)
 
 
 class _TensorInfo(ctypes.Structure):
@@ -105,6 +105,12 @@ class HostTrainer(TrainerBase):
     @property
     def steps(self) -> int:
         return self.ctx.step
+
+    @steps.setter
+    def steps(self, count: int) -> None:
+        """Set the count of completed steps (the schedules that depend on it go on from
+        there)."""
+        self.ctx.step = step_count(count)
 
     @property
     def rng_state(self) -> int:

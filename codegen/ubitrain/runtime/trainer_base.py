@@ -40,6 +40,14 @@ BATCH_HINT = "the batch size is fixed at compile time: recompile for another one
 
 
 @functools.lru_cache(maxsize=None)
+def step_count(count) -> int:
+    """A count of completed steps as the C context holds it (uint32)."""
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) \
+            or not 0 <= count < 2**32:
+        raise InputError(f"a step count is an integer in [0, 2^32), got {count!r}")
+    return int(count)
+
+
 def _safe_cast(have: np.dtype, want: np.dtype) -> bool:
     return np.can_cast(have, want)
 

@@ -58,6 +58,11 @@ def integer_state(model, example_input, tm: TrainingModule) -> dict[str, tuple[n
         if leaf != "bias" or weight not in ints:
             raise UnsupportedOpError(f"precision='int8': parameter {name} is a vector that "
                                      "is no layer's bias; NITI has no integer form for it")
+        if not isinstance(model, torch.nn.Module):
+            raise UnsupportedOpError(f"precision='int8' from an ONNX file: {name} is a bias, "
+                                     "whose integer scale is set from its layer's input on the "
+                                     "example batch, which only a PyTorch module gives yet: "
+                                     "compile the module, or export the layer with bias=False")
         if inputs is None:
             inputs = _input_exponents(model, example_input)
         e = ints[weight][1] + inputs[owner] - BIAS_FRACTION_BITS
@@ -75,12 +80,12 @@ def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
     refused = [what for what, bad in (
         ("buffers (BatchNorm's running statistics)", any(not s.is_parameter
                                                           for s in tm.graph.state)),
-        ("sparse channel updates", bool(tm.channel_splits)),
+        ("part of a layer's channels (SparseUpdate(channels=...)): train whole layers",
+         bool(tm.channel_splits)),
         ("micro-batches", tm.micro_batches > 1),
         ("random masks (Dropout)", bool(tm.graph.random_masks))) if bad]
     if refused:
-        raise UnsupportedOpError(f"precision='int8' from the float graph does not take "
-                                 f"{', '.join(refused)} yet")
+        raise UnsupportedOpError(f"precision='int8' does not train {'; '.join(refused)} yet")
     ints = integer_state(model, example_input, tm)
 
     def parameters(graph) -> dict[str, Parameter]:

@@ -1,0 +1,47 @@
+"""The ATen ops that precision="int8" has an integer (NITI) form for, checked on the exported
+model before anything is lowered, so that a refusal names the module and the op (the
+integer rewrite of the traced graph, niti_graph.py, sees only Relax).
+
+The set is the numpy reference's (fidelity/niti_reference.py): what it cannot compute, the
+compiled step could not be checked against either.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import UnsupportedOpError
+from ..frontend.torch_export import export_module, module_path, op_label
+
+aten = torch.ops.aten
+
+INTEGER_OPS = {
+    aten.conv2d.default: "conv2d",
+    aten.linear.default: "linear",
+    aten.relu.default: "relu",
+    aten.relu_.default: "relu",
+    aten.hardtanh.default: "ReLU6 (hardtanh(0, 6))",
+    aten.hardtanh_.default: "ReLU6 (hardtanh(0, 6))",
+    aten.max_pool2d.default: "max pooling",
+    aten.avg_pool2d.default: "average pooling",
+    aten.adaptive_avg_pool2d.default: "adaptive average pooling",
+    aten.mean.dim: "the global average",
+    aten.add.Tensor: "residual add",
+    aten.cat.default: "concat",
+    aten.flatten.using_ints: "flatten",
+    aten.view.default: "view",
+    aten.reshape.default: "reshape",
+}
+
+
+def check_integer_ops(model: torch.nn.Module, example_inputs: tuple) -> None:
+    """Refuse a model with any op outside INTEGER_OPS, naming each by module."""
+    exported = export_module(model, example_inputs, training=True)
+    problems = {f"{module_path(n)}: {op_label(n.target)}" for n in exported.graph.nodes
+                if n.op == "call_function" and n.target not in INTEGER_OPS}
+    if problems:
+        ops = ", ".join(sorted(set(INTEGER_OPS.values())))
+        raise UnsupportedOpError(
+            f"precision='int8': no integer (NITI) form for {'; '.join(sorted(problems))}. "
+            f"The integer ops are: {ops}, with BatchNorm folded into the conv or linear "
+            "before it. Train such a model with precision='fp32'")
