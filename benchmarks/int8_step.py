@@ -15,7 +15,8 @@ runs init and K training steps, then init and 2K steps on the same batch, and th
 count is the difference divided by K. Averaging over K steps includes the steps on which an
 adaptive site skips its reduction (the first step of a site always reduces).
 
-"int8 scalar" is the same int8 step with the plain-C kernels (no NEON / HVX intrinsics).
+The int8 step's kernels are printed plain C (pipeline/int8.py); only the DSP/CPU split
+below, which goes through the chain-only pipeline, has NEON and HVX intrinsics.
 
 The DSP/CPU split (hexagon-v66, NITI(dsp_offload=True, cpu_target="aarch64-neon")): the CPU
 part runs as a driver under qemu-aarch64, the DSP part under qemu-hexagon, joined by FIFOs
@@ -145,8 +146,6 @@ def main(argv=None) -> int:
         "int8": dict(precision="int8", optimizer=ub.NITI(mu=(5,), milestones=())),
         "int8_adaptive": dict(precision="int8", optimizer=ub.NITI(
             mu=(5,), milestones=(), adaptive_rescale=True)),
-        "int8_scalar": dict(precision="int8", optimizer=ub.NITI(mu=(5,), milestones=()),
-                            disable_passes=("simd_kernels",)),
     }
     results = {"model": "digits_cnn_niti", "batch": args.batch, "steps_averaged": args.steps,
                "method": "qemu -singlestep -d nochain,exec: one log line per instruction "
@@ -160,9 +159,7 @@ def main(argv=None) -> int:
                                  **options)
                 rows[key] = {"instructions_per_step": measure(target, pkg, x, y, args.steps),
                              "arena_bytes": pkg.memory_plan.arena_bytes}
-            f, i8, ad, sc = rows["fp32"], rows["int8"], rows["int8_adaptive"], rows["int8_scalar"]
-            rows["int8_scalar_over_int8_instructions"] = round(
-                sc["instructions_per_step"] / i8["instructions_per_step"], 3)
+            f, i8, ad = rows["fp32"], rows["int8"], rows["int8_adaptive"]
             rows["fp32_over_int8_instructions"] = round(
                 f["instructions_per_step"] / i8["instructions_per_step"], 3)
             rows["int8_over_adaptive_instructions"] = round(
@@ -172,10 +169,8 @@ def main(argv=None) -> int:
             print(f"{name}: instructions per training step (batch {args.batch}, mean of "
                   f"{args.steps}): fp32 {f['instructions_per_step']:,.0f}, int8 "
                   f"{i8['instructions_per_step']:,.0f}, int8 adaptive "
-                  f"{ad['instructions_per_step']:,.0f}, int8 scalar "
-                  f"{sc['instructions_per_step']:,.0f} | fp32/int8 "
-                  f"{rows['fp32_over_int8_instructions']:.2f}x, scalar/int8 "
-                  f"{rows['int8_scalar_over_int8_instructions']:.2f}x, int8/adaptive "
+                  f"{ad['instructions_per_step']:,.0f} | fp32/int8 "
+                  f"{rows['fp32_over_int8_instructions']:.2f}x, int8/adaptive "
                   f"{rows['int8_over_adaptive_instructions']:.3f}x | arena fp32 "
                   f"{f['arena_bytes']:,} B, int8 {i8['arena_bytes']:,} B "
                   f"({rows['fp32_over_int8_arena']:.2f}x)")
