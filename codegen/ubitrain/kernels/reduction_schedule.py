@@ -16,7 +16,7 @@ it, with no condition:
             for u_inner (unrolled):     # reuses the loaded vector of the operand u_inner times
               out[u, v] += a[.., v + ..] * b[u, ..]
 
-Blocks are recognised by structure, not by name: a float32 block with reduction iterators
+Blocks are recognised by structure, not by name: a float32 (or int32) block with reduction iterators
 whose last spatial iterator indexes the output's last dimension with unit stride and every
 read either independent of that iterator or indexed by it in its last dimension with a
 small constant stride (1 for most; 2 to MAX_READ_STRIDE for strided pooling and convs). The
@@ -106,7 +106,9 @@ def _tile_one(sch: s_tir.Schedule, block_rv) -> None:
     if reduce_pos != list(range(len(spatial_pos), len(ivs))):
         return
     write = block.writes[0].source
-    wide = str(write.dtype) != "float32"
+    # int32 sums (the integer step's convs and matmuls) are exact in any order: tiled as
+    # float32's are
+    wide = str(write.dtype) not in ("float32", "int32")
     if wide or not spatial_pos:
         # float64 sums (BatchNorm statistics, bias gradients on hosts): partial sums across
         # the unit-stride innermost reduction vectorize where a single chain of adds cannot
