@@ -1,8 +1,7 @@
 """The int8 fuzzer's fixed-seed tier: random models in the int8 op set (residual adds,
-depthwise and grouped convs, BatchNorm to fold, pooling), compiled through the int8 step
-derived from the float graph and checked bit for bit against NITI's numpy reference
-(tools/fuzzing/int8_case.py). `python -m tools.fuzzing --precision int8 --seeds A:B` runs
-any other range."""
+depthwise and grouped convs, BatchNorm to fold, pooling), compiled with precision="int8" and
+checked bit for bit against NITI's numpy reference (tools/fuzzing/int8_case.py).
+`python -m tools.fuzzing --precision int8 --seeds A:B` runs any other range."""
 
 import pytest
 import torch
@@ -10,10 +9,12 @@ import torch
 from tools.fuzzing.graphs import source
 from tools.fuzzing.int8_case import draw_int8_case, run_int8_case
 
-SEEDS = 8
+# and campaign seeds that found a gap: 201400 (a conv that reads only padding, so Relax
+# gives its weight a zeros_like adjoint)
+SEEDS = [*range(8), 201400]
 
 
-@pytest.mark.parametrize("seed", range(SEEDS))
+@pytest.mark.parametrize("seed", SEEDS)
 def test_random_int8_model_trains_as_the_numpy_reference(seed, tmp_path):
     torch.set_num_threads(1)
     case = draw_int8_case(seed)

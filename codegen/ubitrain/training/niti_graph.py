@@ -61,6 +61,13 @@ class Parameter:
 
 
 @dataclass
+class ZeroGradient:
+    """A parameter's adjoint that Relax knows to be zero (its layer reads only padding)."""
+
+    shape: tuple[int, ...]
+
+
+@dataclass
 class Mask:
     mask: relax.Expr  # bool
 
@@ -142,7 +149,9 @@ class _Rewriter:
         grads = []
         for adjoint in fields[1].fields:
             value = self.env[adjoint]
-            if isinstance(value, Accumulator) and (value.error_sum or len(_shape(value.total))
+            if isinstance(value, ZeroGradient):  # NITI's update leaves the parameter as it is
+                grads.append(self.emit(relax.op.zeros(value.shape, INT32)))
+            elif isinstance(value, Accumulator) and (value.error_sum or len(_shape(value.total))
                                                    > 1):
                 grads.append(value.total)  # a weight's (products) or a bias's (error sum)
             elif isinstance(value, (Accumulator, Quantized)) and len(_shape(
@@ -441,6 +450,10 @@ def _divide(rw: _Rewriter, call, name):
     return _average(rw, q, rw.emit(R.astype(q.q, INT32)), int(n))
 
 
+def _zeros_like(rw: _Rewriter, call, name):
+    return ZeroGradient(_shape(call.args[0]))
+
+
 def _ones(rw: _Rewriter, call, name):
     return None  # the loss's own adjoint: the integer loss gradient does not read it
 
@@ -471,6 +484,7 @@ RULES = {
     "relax.mean": _mean,
     "relax.divide": _divide,
     "relax.ones": _ones,
+    "relax.zeros_like": _zeros_like,
 }
 
 
