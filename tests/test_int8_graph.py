@@ -61,3 +61,26 @@ def assert_trains_as_reference(make, rescaling, target, tmp_path, first_step=0):
     assert steps == first_step + STEPS
     assert run.moved > 0, "no parameter changed: the check would pass without training"
     assert (run.skipped > 0) == (rescaling == "adaptive"), run.skipped
+
+
+def test_a_memory_budget_is_fitted_and_trains_the_same(tmp_path):
+    """A budget below the arena: activations recomputed or paged (each recomputed call reads
+    the rescale sites as the first run did), the step still the reference's bit for bit; a
+    budget no plan fits is refused with the numbers."""
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    model, batches = MODELS[4](), _batches()
+    config = ub.NITI(mu=(5,), milestones=(), adaptive_rescale=True, max_interval=4)
+    x, y = batches[0]
+    free = ub.compile(model, (x,), y, precision="int8", optimizer=config,
+                      out_dir=tmp_path / "free", progress=False)
+    budget = int(free.memory_plan.arena_bytes * 0.85)
+    fitted = ub.compile(model, (x,), y, precision="int8", optimizer=config, progress=False,
+                        memory_budget=budget, out_dir=tmp_path / "fitted")
+    assert fitted.memory_plan.arena_bytes <= budget < free.memory_plan.arena_bytes
+    run = compare_with_reference(fitted.build(), model, [(a.numpy(), b.numpy())
+                                                         for a, b in batches], config)
+    assert run.differences == [] and run.moved > 0
+    with pytest.raises(ub.CompileError, match="memory_budget"):
+        ub.compile(model, (x,), y, precision="int8", optimizer=config, progress=False,
+                   memory_budget=1024, out_dir=tmp_path / "small")

@@ -63,6 +63,9 @@ def integer_ops(unit):
 
 def niti_graph(unit):
     r, config = unit.request, unit.request.optimizer
+    if len(r.example_inputs) != 1:
+        raise CompileError(f"precision='int8' trains a model with one input; got "
+                           f"{len(r.example_inputs)}")
     x, labels = r.example_inputs[0], r.labels
     if not x.dtype.is_floating_point or labels.dim() != 1 or labels.shape[0] != x.shape[0] \
             or labels.dtype != torch.int64:
