@@ -41,3 +41,10 @@ def test_commands_take_precision(tmp_path):
     assert "memory plan: arena" in out.stdout
     manifest = json.loads((tmp_path / "p" / "package.json").read_text())
     assert manifest["precision"] == "int8" and manifest["int8"]["niti"]["adaptive_rescale"]
+    out = subprocess.run([sys.executable, "-m", "ubitrain.cli", "compile",
+                          f"{tmp_path / 'net.py'}:factory", "--precision", "int8",
+                          "--target", "hexagon-v66", "--dsp-offload", "--out-dir",
+                          str(tmp_path / "dsp"), "--no-progress"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "placement of the int8 step" in out.stdout and "kernels on the DSP" in out.stdout

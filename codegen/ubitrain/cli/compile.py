@@ -83,6 +83,9 @@ def add_parser(sub):
                    help='rewrite passes to switch off, for debugging (see "ubitrain passes")')
     c.add_argument("--adaptive-rescale", action="store_true",
                    help="int8: reuse each tensor's shift, reducing only when due or saturated")
+    c.add_argument("--dsp-offload", action="store_true",
+                   help="int8 on hexagon-v66: split the step between the CPU and the DSP, "
+                        "and print where each kernel runs (a chain of bias-free layers)")
     c.add_argument("--verbose", action="store_true",
                    help="on an error, print its full details (e.g. the C compiler's log)")
 
@@ -113,7 +116,8 @@ def run(args) -> int:
         if args.clip_grad_norm is not None:
             raise ub.CompileError("--clip-grad-norm applies to --precision fp32 only; NITI "
                                   "(int8) has no gradient clipping")
-        optimizer = ub.NITI(adaptive_rescale=args.adaptive_rescale)
+        optimizer = ub.NITI(adaptive_rescale=args.adaptive_rescale,
+                            dsp_offload=args.dsp_offload)
     pkg = ub.compile(module, inputs, labels, loss=args.loss, optimizer=optimizer,
                      target=args.target, memory_budget=args.memory_budget, out_dir=out_dir,
                      progress=progress(args), precision=args.precision,
@@ -127,8 +131,7 @@ def run(args) -> int:
     print(f"memory plan: {pkg.memory_plan.summary()}")
     if getattr(pkg, "placement", None):  # int8 on hexagon-v66: which kernel runs where
         from ..int8.placement import placement_report
-        print("placement of the int8 step (followed with ub.NITI(dsp_offload=True); "
-              "otherwise every kernel runs on the Hexagon core):")
+        print("placement of the int8 step (the split of ub.NITI(dsp_offload=True)):")
         print(placement_report(pkg.placement, pkg.programs["train_step"]))
     print(f"C project written to {out_dir}/ (model.h, model.c, CMakeLists.txt, runtime_c/); "
           f"C API prefix ub_{pkg.model_name}_")
