@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 import ubitrain as ub
 import ubitrain.api as ub_api
@@ -215,6 +216,13 @@ def require_tools(target_name: str):
 
 
 # ---- data and errors --------------------------------------------------------------------------
+def small_bn_cnn():
+    """A conv with BatchNorm, ReLU and a max pool before a Linear: 8x8 in, 10 classes."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 4 * 4, 10))
+
+
 def batches(shape, classes, steps=3, seed=0):
     """`steps` random (input, class label) pairs for a classifier: inputs of `shape` (the batch
     first), labels in [0, classes)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from harness import require_tools, zoo_case
+from harness import require_tools, small_bn_cnn, zoo_case
 from torch import nn
 
 import ubitrain as ub
@@ -31,12 +31,6 @@ STEPS = 5
 LR, MOMENTUM = 0.05, 0.9
 LINE = re.compile(r"step (\d+) loss (-?[0-9.]+) \(0x([0-9a-f]{8})\)")
 REPO = Path(__file__).resolve().parents[1]
-
-
-def model():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
-                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 4 * 4, 10))
 
 
 def batch():
@@ -50,7 +44,7 @@ def bits(loss: float) -> int:
 
 def torch_losses(steps: int) -> list[float]:
     """PyTorch's losses for `steps` steps on the example batch, in float64."""
-    net = model().double()
+    net = small_bn_cnn().double()
     x, y = batch()
     opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM)
     losses = []
@@ -102,7 +96,7 @@ def prepare(target: str, tmp: Path):
     parameters after 5 steps, the package)."""
     require_tools(target)
     x, y = batch()
-    pkg = ub.compile(model(), (x,), y, optimizer=ub.SGD(lr=LR, momentum=MOMENTUM),
+    pkg = ub.compile(small_bn_cnn(), (x,), y, optimizer=ub.SGD(lr=LR, momentum=MOMENTUM),
                      target=target, out_dir=tmp / "compiled" / "net")
     with pkg.build(seed=0) as trainer:
         losses = [float(trainer.step(x, y)) for _ in range(STEPS)]
@@ -168,7 +162,7 @@ def test_the_firmware_agrees_with_the_host_trainer(board, tmp_path):
     float32 ones): the same losses to the six decimals the firmware prints."""
     _, project, _, _, pkg = board
     x, y = batch()
-    host = ub.compile(model(), (x,), y, optimizer=ub.SGD(lr=LR, momentum=MOMENTUM),
+    host = ub.compile(small_bn_cnn(), (x,), y, optimizer=ub.SGD(lr=LR, momentum=MOMENTUM),
                       target="host", out_dir=tmp_path / "host")
     trainer = host.build(seed=0)
     host_losses = [float(trainer.step(x, y)) for _ in range(STEPS)]

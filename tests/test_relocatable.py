@@ -7,18 +7,11 @@ import shutil
 from pathlib import Path
 
 import torch
-from harness import assert_same_training, require_tools, train_build
-from torch import nn
+from harness import assert_same_training, require_tools, small_bn_cnn, train_build
 
 import ubitrain as ub
 
 STEPS = 2
-
-
-def model():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
-                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 4 * 4, 10))
 
 
 def batches():
@@ -29,7 +22,7 @@ def batches():
 
 def compile_into(out_dir: Path, target="host"):
     x, y = batches()[0]
-    return ub.compile(model(), (x,), y, optimizer=ub.SGD(lr=0.05, momentum=0.9),
+    return ub.compile(small_bn_cnn(), (x,), y, optimizer=ub.SGD(lr=0.05, momentum=0.9),
                       target=target, out_dir=out_dir)
 
 
