@@ -112,11 +112,6 @@ class WrittenCounter(nn.Module):
         return self.fc(x) * (self.steps * 0 + 1) * (self.scale * 2)
 
 
-def test_written_and_float_buffers_are_not_constants():
-    _, folded = _folded(WrittenCounter(), torch.randn(2, 4))
-    assert not folded
-
-
 class FilledZeros(nn.Module):
     """A creation op that feeds the model's own ops stays a fill kernel: not folded."""
 
@@ -128,8 +123,10 @@ class FilledZeros(nn.Module):
         return self.fc(x) + torch.zeros(CLASSES).unsqueeze(0)
 
 
-def test_a_fill_feeding_a_kernel_is_not_folded():
-    _, folded = _folded(FilledZeros(), torch.randn(2, 4))
+@pytest.mark.parametrize("make", [WrittenCounter, FilledZeros],
+                         ids=["written_and_float_buffers", "fill_feeding_a_kernel"])
+def test_state_and_fills_that_feed_kernels_are_not_folded(make):
+    _, folded = _folded(make(), torch.randn(2, 4))
     assert not folded
 
 
