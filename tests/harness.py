@@ -216,6 +216,15 @@ def require_tools(target_name: str):
 
 
 # ---- data and errors --------------------------------------------------------------------------
+def run_cli(*args, cwd=None):
+    """`python -m ubitrain.cli ARGS` in a fresh process; its CompletedProcess (text)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "ubitrain.cli", *args], capture_output=True,
+                          text=True, cwd=cwd)
+
+
 def small_bn_cnn():
     """A conv with BatchNorm, ReLU and a max pool before a Linear: 8x8 in, 10 classes."""
     torch.manual_seed(0)
