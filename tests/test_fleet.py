@@ -412,31 +412,34 @@ def _reference_int8_mean(updates, rounding, seed):
     return merged
 
 
-def _int8_updates(rng, exponents, counts, shapes):
-    return [({**{f"w{j}": rng.integers(-127, 128, shape).astype(np.int8)
+def _int8_updates(rng, exponents, counts, shapes, dtype=np.int8):
+    top = np.iinfo(dtype).max
+    return [({**{f"w{j}": rng.integers(-top, top + 1, shape).astype(dtype)
                  for j, shape in enumerate(shapes)},
               **{f"w{j}.exponent": np.array([e[j]], np.int32) for j in range(len(shapes))}}, n)
             for e, n in zip(exponents, counts)]
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.int32], ids=["int8_weights", "int32_biases"])
 @pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
 @pytest.mark.parametrize("exponents, counts", [
     ([(-9, 0)] * 2, [1, 1]),                        # one exponent, halves: ties
     ([(-9, -3), (-7, -3), (-9, -5)], [13, 1, 40]),  # exponents differ, uneven samples
     ([(4, -20)] * 4, [3, 3, 3, 3]),
 ])
-def test_integer_fedavg_is_the_documented_rule_bit_for_bit(rounding, exponents, counts):
+def test_integer_fedavg_is_the_documented_rule_bit_for_bit(rounding, exponents, counts, dtype):
     from ubitrain.fleet.int8_exchange import integer_fedavg
 
     rng = np.random.default_rng(len(counts))
-    updates = _int8_updates(rng, exponents, counts, [(6, 5), (17,)])
-    updates[0][0]["w1"][:] = -127  # the extremes stay within int8 without clipping
-    updates[-1][0]["w1"][:] = -127
+    updates = _int8_updates(rng, exponents, counts, [(6, 5), (17,)], dtype)
+    bottom = -np.iinfo(dtype).max
+    updates[0][0]["w1"][:] = bottom  # the extremes stay within the type without clipping
+    updates[-1][0]["w1"][:] = bottom
     got = integer_fedavg(updates, rounding, seed=(7, 3))
     want = _reference_int8_mean(updates, rounding, (7, 3))
     assert sorted(got) == sorted(want)
     for k, v in want.items():
-        assert got[k].dtype == (np.int8 if not k.endswith("exponent") else np.int32), k
+        assert got[k].dtype == (dtype if not k.endswith("exponent") else np.int32), k
         np.testing.assert_array_equal(got[k], v, err_msg=k)
     if len(counts) == 2:  # the ties: half of the odd sums round down to even
         odd = (updates[0][0]["w0"].astype(int) + updates[1][0]["w0"]) % 2 == 1
