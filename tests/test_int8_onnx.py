@@ -2,7 +2,6 @@
 the PyTorch module it was exported from, which trains like NITI's numpy reference."""
 
 import numpy as np
-import pytest
 import torch
 from niti_harness import check_against_reference, niti_batches
 from torch import nn
@@ -53,9 +52,25 @@ def test_onnx_int8_trains_like_the_module_and_the_reference(tmp_path):
     assert np.array_equal(got[matmul], want["fc.weight"].T)  # Linear(bias=False): [in, out]
 
 
-def test_onnx_int8_rejects_a_bias_naming_it(tmp_path):
-    data = niti_batches(1)
+def test_onnx_biases_train_like_the_module(tmp_path):
+    """A bias's integer scale comes from its layer's input on the example batch: onnx's
+    reference evaluator gives the same as the module's forward, so the two builds agree."""
+    data = niti_batches(3)
     x, y = torch.from_numpy(data[0][0]), torch.from_numpy(data[0][1])
-    path = export(ViewNet(conv_bias=True), x, tmp_path / "bias.onnx")
-    with pytest.raises(ub.UnsupportedOpError, match=r"ONNX file: features\.0\.bias.*bias=False"):
-        ub.compile(path, (x,), y, precision="int8", out_dir=tmp_path / "m")
+    config = ub.NITI(mu=(5,), milestones=())
+    model = ViewNet(conv_bias=True)
+    path = export(model, x, tmp_path / "bias.onnx")
+    from_onnx = ub.compile(path, (x,), y, precision="int8", optimizer=config,
+                           out_dir=tmp_path / "onnx")
+    from_module = ub.compile(model, (x,), y, precision="int8", optimizer=config,
+                             out_dir=tmp_path / "module")
+    with from_onnx.build() as a, from_module.build() as b:
+        start = b.int8_parameters()
+        assert np.array_equal(a.int8_parameters()["features.0.bias.exponent"],
+                              start["features.0.bias.exponent"])
+        for xb, yb in data:
+            assert a.step(xb, yb) == b.step(xb, yb)
+        got, want = a.int8_parameters(), b.int8_parameters()
+    assert want["features.0.bias"].dtype == np.int32
+    assert np.array_equal(got["features.0.bias"], want["features.0.bias"])
+    assert not np.array_equal(want["features.0.bias"], start["features.0.bias"])  # it trained

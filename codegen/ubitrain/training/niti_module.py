@@ -45,6 +45,24 @@ def _input_exponents(model: torch.nn.Module, example_input: torch.Tensor) -> dic
     return exponents
 
 
+def _onnx_input_exponents(model, example_input: torch.Tensor) -> dict[str, int]:
+    """The same for an ONNX model, by the owner of each bias (its name less `.bias`): the
+    exponent of the input of the Conv or Gemm that reads it, from onnx's reference
+    evaluator on the example batch."""
+    from onnx.reference import ReferenceEvaluator
+
+    from ..frontend.onnx_import import load_onnx
+
+    model = load_onnx(model)
+    feeds = {model.graph.input[0].name: example_input.detach().float().numpy()}
+    values = ReferenceEvaluator(model).run(None, feeds, intermediate=True)
+    values.update(feeds)
+    return {node.input[2].rpartition(".")[0]: quantize(np.asarray(values[node.input[0]],
+                                                                  np.float32))[1]
+            for node in model.graph.node
+            if node.op_type in ("Conv", "Gemm") and len(node.input) > 2 and node.input[2]}
+
+
 def integer_state(model, example_input, tm: TrainingModule) -> dict[str, tuple[np.ndarray, int]]:
     """{parameter name: (int8 weight or int32 bias, exponent)}."""
     floats = {s.name: s.value for s in tm.graph.state if s.is_parameter}
@@ -58,13 +76,14 @@ def integer_state(model, example_input, tm: TrainingModule) -> dict[str, tuple[n
         if leaf != "bias" or weight not in ints:
             raise UnsupportedOpError(f"precision='int8': parameter {name} is a vector that "
                                      "is no layer's bias; NITI has no integer form for it")
-        if not isinstance(model, torch.nn.Module):
-            raise UnsupportedOpError(f"precision='int8' from an ONNX file: {name} is a bias, "
-                                     "whose integer scale is set from its layer's input on the "
-                                     "example batch, which only a PyTorch module gives yet: "
-                                     "compile the module, or export the layer with bias=False")
         if inputs is None:
-            inputs = _input_exponents(model, example_input)
+            inputs = _input_exponents(model, example_input) \
+                if isinstance(model, torch.nn.Module) else \
+                _onnx_input_exponents(model, example_input)
+        if owner not in inputs:
+            raise UnsupportedOpError(f"precision='int8': bias {name} is not read by the conv, "
+                                     "Gemm or MatMul of its weight; NITI has no integer form "
+                                     "for it")
         e = ints[weight][1] + inputs[owner] - BIAS_FRACTION_BITS
         b = np.rint(value.astype(np.float64) * 2.0 ** -e)
         if np.abs(b).max(initial=0) > INT32_LIMIT:
