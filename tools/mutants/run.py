@@ -107,15 +107,17 @@ def decide(pkg, reference, batches, seed: int = 0, pin: bool = True):
         capture.close()
 
 
-def judge_mutants(mutants, model, batches, optimizer, out_dir, **options) -> list[MutantResult]:
+def judge_mutants(mutants, model, batches, optimizer, out_dir, loss: str = "cross_entropy",
+                  seed: int = 0, **options) -> list[MutantResult]:
     """Every mutant of `mutants` on `model`, `judge`d as `judge_mutant` does, faster: the
     model is compiled once and each C mutant is a copy of that project, rewritten and built
     (a compile mutant compiles again)."""
     out_dir = Path(out_dir)
     *xs, y = batches[0]
-    pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y, optimizer=optimizer,
-                         out_dir=out_dir / "base", instruments=[CallTrace()], **options)
-    reference = Reference(copy.deepcopy(model), optimizer, "cross_entropy", pkg.trainable)
+    options = dict(options, loss=loss, optimizer=optimizer)
+    pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y, out_dir=out_dir / "base",
+                         instruments=[CallTrace()], **options)
+    reference = Reference(copy.deepcopy(model), optimizer, loss, pkg.trainable)
     results = []
     for mutant in mutants:
         where, status, summary = None, "error", ""
@@ -132,11 +134,11 @@ def judge_mutants(mutants, model, batches, optimizer, out_dir, **options) -> lis
             else:
                 hook = mutant.instrument()
                 mutant_pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y,
-                                            optimizer=optimizer, out_dir=out_dir / mutant.name,
+                                            out_dir=out_dir / mutant.name,
                                             instruments=[CallTrace(), hook], **options)
                 where = hook.where
             if where is not None:
-                verdict = decide(mutant_pkg, reference, batches)
+                verdict = decide(mutant_pkg, reference, batches, seed)
                 status, summary = verdict.status, verdict.summary()
         except RuntimeStatusError as err:  # a C that stops is a C told apart
             status, summary = "stops", str(err)[:400]
