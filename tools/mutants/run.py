@@ -107,6 +107,18 @@ def decide(pkg, reference, batches, seed: int = 0, pin: bool = True):
         capture.close()
 
 
+def rewritten(pkg, mutant: Mutant, project: Path):
+    """A copy of `pkg`'s project in `project` with `mutant`'s rewrite of its model.c: (the
+    package there, what was changed), or (None, None) when the rewrite finds nothing."""
+    shutil.rmtree(project, ignore_errors=True)
+    shutil.copytree(pkg.out_dir, project, ignore=shutil.ignore_patterns("build"))
+    done = mutant.rewrite((project / "model.c").read_text())
+    if done is None:
+        return None, None
+    (project / "model.c").write_text(MARK.format(mutant.name) + done[0])
+    return dataclasses.replace(pkg, out_dir=project), done[1]
+
+
 def judge_mutants(mutants, model, batches, optimizer, out_dir, loss: str = "cross_entropy",
                   seed: int = 0, **options) -> list[MutantResult]:
     """Every mutant of `mutants` on `model`, `judge`d as `judge_mutant` does, faster: the
@@ -123,14 +135,7 @@ def judge_mutants(mutants, model, batches, optimizer, out_dir, loss: str = "cros
         where, status, summary = None, "error", ""
         try:
             if mutant.rewrite is not None:
-                project = out_dir / mutant.name
-                shutil.rmtree(project, ignore_errors=True)
-                shutil.copytree(pkg.out_dir, project, ignore=shutil.ignore_patterns("build"))
-                done = mutant.rewrite((project / "model.c").read_text())
-                if done is not None:
-                    (project / "model.c").write_text(MARK.format(mutant.name) + done[0])
-                    where = done[1]
-                    mutant_pkg = dataclasses.replace(pkg, out_dir=project)
+                mutant_pkg, where = rewritten(pkg, mutant, out_dir / mutant.name)
             else:
                 hook = mutant.instrument()
                 mutant_pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y,
