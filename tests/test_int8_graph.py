@@ -10,9 +10,9 @@ import warnings
 import pytest
 import torch
 from harness import CROSS, require_tools
-from test_niti_graph import MODEL_IDS, MODELS
 
 import ubitrain as ub
+from tools.int8_models import MODEL_IDS, MODELS, int8_batches
 from ubitrain.api import compile_with
 from ubitrain.fidelity.niti_check import compare_with_reference
 from ubitrain.pipeline.int8_graph import INT8_GRAPH
@@ -21,12 +21,6 @@ STEPS = 4
 CASES = [(make, "counted") for make in MODELS] + [(MODELS[2], "adaptive"),
                                                   (MODELS[4], "adaptive")]
 CASE_IDS = MODEL_IDS + [f"{MODEL_IDS[2]}-adaptive", f"{MODEL_IDS[4]}-adaptive"]
-
-
-def _batches():
-    gen = torch.Generator().manual_seed(1)
-    return [(torch.randn(4, 1, 8, 8, generator=gen), torch.randint(0, 10, (4,), generator=gen))
-            for _ in range(STEPS)]
 
 
 @pytest.mark.parametrize("make,rescaling", CASES, ids=CASE_IDS)
@@ -46,7 +40,7 @@ def test_on_every_cross_target_too(target, tmp_path):
 def assert_trains_as_reference(make, rescaling, target, tmp_path):
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
-    model, batches = make(), _batches()
+    model, batches = make(), int8_batches(STEPS)
     config = ub.NITI(mu=(5, 4), milestones=(2,),  # the schedule changes inside the run
                      adaptive_rescale=rescaling == "adaptive", max_interval=4)
     pkg = compile_with(INT8_GRAPH, model, (batches[0][0],), batches[0][1], "cross_entropy",
