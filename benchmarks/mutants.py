@@ -6,6 +6,7 @@ overwritten value), each judged by the referee as `judge` does.
 
     python benchmarks/mutants.py [--models lenet5 mobilenet_v2 ...] [--batches 1 4 8]
         [--fuzz-seeds 0:100] [--mutants bn_eps ...] [--steps 2] [--out results/mutants.json]
+    python benchmarks/mutants.py --precision int8 [--target aarch64-neon] [--mutants ...]
 
 Per model and batch, first the C as generated ("baseline": it must match, or the kills say
 nothing), then each mutant's outcome: caught ("mismatch", or "stops": the C returned an
@@ -15,6 +16,12 @@ exercised it. A real model trains with SGD, momentum 0.9 and weight decay 1e-4 (
 weight-decay defect has a term to drop), lr 0.05, on the real-model suite's inputs
 (tools/real_models.py); a fuzz seed (`--fuzz-seeds A:B`, as `python -m tools.fuzzing`) on
 its own case: its model, loss, optimizer and data, every pass on (variant A).
+
+`--precision int8`: the int8 mutants (tools/mutants/int8_defects.py: a rescale shift off by
+one, round half wrongly, saturation at -128, a residual's backward sum dropping a term, the
+ReLU mask's < as <=, a reduction one short, the update's mu off by one) on the int8 test
+models (tools/int8_models.py), each caught if its step differs in one bit from the numpy
+reference; `--target` a cross target runs the C under QEMU.
 """
 
 import tempfile
@@ -26,10 +33,11 @@ import torch
 from _results import write_json
 
 import ubitrain as ub
+from tools import int8_models
 from tools.fuzzing.__main__ import parse_seeds
 from tools.fuzzing.case import clear_batches, draw_case
 from tools.fuzzing.graphs import instantiate
-from tools.mutants import BASELINE, MUTANTS, judge_mutants, mutant
+from tools.mutants import BASELINE, INT8_MUTANTS, MUTANTS, judge_int8_mutants, judge_mutants, mutant
 from tools.real_models import batches, real_model
 
 SHORT = {"mismatch": "caught", "stops": "stops", "match": "MISSED", "near kink": "kink?",
@@ -38,56 +46,76 @@ REAL_OPTIMIZER = ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
 
 
 def real_subjects(names, sizes, steps):
-    """(model, batch, what judge_mutants takes) per real model and batch size."""
+    """(model, batch, run(mutants, folder)) per real model and batch size."""
     for name in names:
         model = real_model(name)
         for batch in sizes:
-            def subject(model=model, batch=batch):
+            def run(mutants, tmp, model=model, batch=batch):
                 torch.manual_seed(0)
-                return dict(model=model.make(), batches=batches(model, batch, steps),
-                            optimizer=REAL_OPTIMIZER)
-            yield name, batch, subject
+                return judge_mutants(mutants, model.make(), batches(model, batch, steps),
+                                     REAL_OPTIMIZER, tmp)
+            yield name, batch, run
 
 
 def fuzz_subjects(seeds):
     for seed in seeds:
         case = draw_case(seed)
 
-        def subject(case=case):
+        def run(mutants, tmp, case=case):
             model = instantiate(case.graph, case.seed)
             data, _ = clear_batches(case, model)
-            return dict(model=model, batches=data, optimizer=case.optimizer,
-                        loss=case.graph.loss, seed=case.seed,
-                        trainable=list(case.trainable) if case.trainable else None)
-        yield f"fuzz {seed}", case.graph.input_shape[0], subject
+            return judge_mutants(mutants, model, data, case.optimizer, tmp, case.graph.loss,
+                                 case.seed, trainable=list(case.trainable or []) or None)
+        yield f"fuzz {seed}", case.graph.input_shape[0], run
+
+
+def int8_subjects(target):
+    """The int8 test models (tools/int8_models.py) as tests/test_int8_graph.py trains them:
+    4 steps, mu 5 then 4; every site counted, and two of them with adaptive rescaling."""
+    cases = [(i, False) for i in range(len(int8_models.MODELS))] + [(2, True), (4, True)]
+    for i, adaptive in cases:
+        def run(mutants, tmp, i=i, adaptive=adaptive):
+            torch.manual_seed(0)
+            config = ub.NITI(mu=(5, 4), milestones=(2,), adaptive_rescale=adaptive,
+                             max_interval=4)
+            return judge_int8_mutants(mutants, int8_models.MODELS[i](),
+                                      int8_models.int8_batches(4), config, tmp, target)
+        yield int8_models.MODEL_IDS[i] + ("-adaptive" if adaptive else ""), 4, run
 
 
 def main():
     parser = cli.parser(__doc__, "results/mutants.json", batches=(4,))
     parser.add_argument("--fuzz-seeds", type=parse_seeds, default=range(0))
-    parser.add_argument("--mutants", nargs="+", default=[m.name for m in MUTANTS])
+    parser.add_argument("--precision", choices=["fp32", "int8"], default="fp32")
+    parser.add_argument("--target", default="host", help="int8: where the C runs")
+    parser.add_argument("--mutants", nargs="+")
     parser.add_argument("--steps", type=int, default=2)
     args = cli.parse(parser)
-    mutants = [BASELINE] + [mutant(n) for n in args.mutants]
+    suite = INT8_MUTANTS if args.precision == "int8" else MUTANTS
+    mutants = [BASELINE] + [mutant(n, suite) for n in args.mutants or [m.name for m in suite]]
+    if args.precision == "int8":
+        subjects = list(int8_subjects(args.target))
+    else:
+        subjects = [*real_subjects(args.models, args.batches, args.steps),
+                    *fuzz_subjects(args.fuzz_seeds)]
     rows = []
     print(f"{'model':18} {'batch':>5} " + " ".join(f"{m.name[:13]:>13}" for m in mutants)
           + "      s")
-    subjects = [*real_subjects(args.models, args.batches, args.steps),
-                *fuzz_subjects(args.fuzz_seeds)]
-    for name, batch, subject in subjects:
+    for name, batch, run in subjects:
         start = time.perf_counter()
         try:
             with tempfile.TemporaryDirectory() as tmp:
-                results = judge_mutants(mutants, out_dir=tmp, **subject())
+                results = run(mutants, tmp)
         except Exception as err:  # noqa: BLE001 - an unsupported fuzz model: said, skipped
             print(f"{name:18} {batch:>5} not compiled: "
                   + traceback.format_exception_only(type(err), err)[-1].strip()[:120])
             continue
         seconds = round(time.perf_counter() - start, 1)
         for r in results:
-            rows.append(dict(model=name, batch=batch, steps=args.steps, mutant=r.mutant,
-                             exercised=r.exercised, where=r.where, status=r.status,
-                             caught=r.caught, summary=r.summary, seconds=seconds))
+            rows.append(dict(model=name, batch=batch, precision=args.precision,
+                             target=args.target, mutant=r.mutant, exercised=r.exercised,
+                             where=r.where, status=r.status, caught=r.caught,
+                             summary=r.summary, seconds=seconds))
         cells = [r.status if r.mutant == BASELINE.name else SHORT.get(r.status, r.status)
                  for r in results]
         print(f"{name:18} {batch:>5} " + " ".join(f"{c:>13}" for c in cells)
