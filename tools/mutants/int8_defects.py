@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .csource import backward_kernels, edit_first, train_calls
+from .csource import backward_kernels, edit_first, functions, train_calls
 from .defects import Mutant, skip_last_iteration
 
 
@@ -43,12 +43,19 @@ _HALF = re.compile(r"\(\(INT64_C\(1\) << \(\(\(int64_t\)(\w+)\[0\]\) - INT64_C\(
 
 
 def round_half_toward_zero(text):
-    """The first rescale of the forward rounds a negative value's half toward zero
-    (-2.5 -> -2), its positive halves still away (2.5 -> 3): the asymmetric rounding of an
-    arithmetic shift."""
-    return edit_first(text, _forward_kernels(text), _one(
-        _HALF, r"(((INT64_C(1) << (((int64_t)\1[0]) - INT64_C(1))) - INT64_C(1)) - "),
-        "a negative half rounded toward zero")
+    """Every rescale (the op's lowering: its kernels all print the same rule) rounds a
+    negative value's half toward zero (-2.5 -> -2), its positive halves still away
+    (2.5 -> 3): the asymmetric rounding of an arithmetic shift. (In one kernel only, the
+    first forward rescale, it changes no number of a chain: that rescale feeds a ReLU alone,
+    which maps -2 and -3 alike to 0.)"""
+    total, kernels = 0, 0
+    for f in sorted(functions(text).values(), key=lambda f: -f.start):  # last first
+        if "niti_rescale" in f.name:
+            body, n = _HALF.subn(r"(((INT64_C(1) << (((int64_t)\1[0]) - INT64_C(1))) - "
+                                 r"INT64_C(1)) - ", text[f.start:f.end])
+            text, total, kernels = text[:f.start] + body + text[f.end:], total + n, kernels + 1
+    return (text, f"negative halves rounded toward zero in {kernels} rescale functions "
+            f"({total} places)") if total else None
 
 
 # ---- a saturation bound 127 vs 128 --------------------------------------------------------
@@ -104,7 +111,7 @@ def mu_off_by_one(text):
 INT8_MUTANTS = [
     Mutant("shift_off_by_one", "a rounding shift off by one (the first forward rescale's)",
            rewrite=rescale_shift),
-    Mutant("round_half", "round half toward zero for negatives (the first forward rescale)",
+    Mutant("round_half", "round half toward zero for negatives (every rescale)",
            rewrite=round_half_toward_zero),
     Mutant("saturate_128", "int8 saturation at -128, not -127 (everywhere)",
            rewrite=saturate_128),
