@@ -105,8 +105,9 @@ _LOOP = re.compile(r"for \(int32_t (k\w*) = 0; \1 < (\d+); \+\+\1\)")
 
 
 def skip_last_iteration(text):
-    """The first reduction loop (a k axis, two iterations or more) of the first bias
-    gradient sum (collapse_sum) of the backward stops one short."""
+    """The first reduction loop (a k axis, two iterations or more) of the backward's first
+    bias gradient sum (collapse_sum) that has one stops one short. (At batch 1 the first
+    such sum, a linear head's, sums one sample: no loop.)"""
     def edit(body):
         def one(m):
             return f"for (int32_t {m.group(1)} = 0; {m.group(1)} < {int(m.group(2)) - 1}; " \
@@ -116,7 +117,7 @@ def skip_last_iteration(text):
                 return body[:m.start()] + one(m) + body[m.end():], 1
         return body, 0
     kernels = [k for k in backward_kernels(text) if "collapse_sum" in k]
-    return edit_first(text, kernels[:1], edit, "a reduction loop one short")
+    return edit_first(text, kernels, edit, "a reduction loop one short")
 
 
 # ---- a kink rule flipped from < to <= ----------------------------------------------------
