@@ -112,8 +112,8 @@ def skip_last_iteration(text):
         def one(m):
             return f"for (int32_t {m.group(1)} = 0; {m.group(1)} < {int(m.group(2)) - 1}; " \
                 f"++{m.group(1)})"
-        for m in _LOOP.finditer(body):
-            if int(m.group(2)) >= 2:
+        for m in _LOOP.finditer(body):  # not an accumulator's initialisation (k3_init)
+            if int(m.group(2)) >= 2 and not m.group(1).endswith("_init"):
                 return body[:m.start()] + one(m) + body[m.end():], 1
         return body, 0
     kernels = [k for k in backward_kernels(text) if "collapse_sum" in k]
