@@ -14,6 +14,7 @@ from ubitrain.errors import RuntimeStatusError
 from ubitrain.fidelity.niti_check import compare_with_reference
 from ubitrain.pipeline.int8_graph import INT8_GRAPH
 
+from .defects import BASELINE
 from .run import MutantResult, rewritten
 
 
@@ -43,6 +44,12 @@ def compare(pkg, model, batches, config) -> tuple[str, str]:
     return "match", f"{run.moved} parameter elements moved, {run.skipped} reductions skipped"
 
 
+def judged(mutant, status: str) -> str:
+    """A mutant that matches the reference bit for bit, as the C as generated does, computes
+    every number the check reads as that C does: "unchanged" (see run.MutantResult)."""
+    return "unchanged" if status == "match" and mutant is not BASELINE else status
+
+
 def judge_int8_mutants(mutants, model, batches, config, out_dir,
                        target: str = "host") -> list[MutantResult]:
     """Every mutant of `mutants` (rewrites of model.c: int8_defects.py, or BASELINE) on
@@ -56,6 +63,7 @@ def judge_int8_mutants(mutants, model, batches, config, out_dir,
             mutant_pkg, where = rewritten(pkg, mutant, out_dir / mutant.name)
             if where is not None:
                 status, summary = compare(mutant_pkg, model, batches, config)
+                status = judged(mutant, status)
         except Exception as err:  # noqa: BLE001 - said in the result
             summary = "".join(traceback.format_exception_only(type(err), err)).strip()[:400]
         exercised = where is not None

@@ -18,7 +18,8 @@ from ubitrain.fidelity.sides import ForwardCapture
 from ubitrain.package import Package
 from ubitrain.pipeline import CallTrace
 
-from .defects import Mutant
+from ..fuzzing.case import first_difference
+from .defects import BASELINE, Mutant
 
 MARK = "/* mutant: {} */\n"
 
@@ -29,7 +30,9 @@ class MutantResult:
     exercised: bool  # the defect found something to change in this model
     where: str  # what it changed
     # the verdict ("match", "mismatch", "near kink"), "stops" (the C returned an error
-    # status: a non-finite loss), "not exercised", or "error" (anything else went wrong)
+    # status: a non-finite loss), "unchanged" (not caught, and every number the referee
+    # reads is bit for bit the C as generated's: the defect changes nothing on this data),
+    # "not exercised", or "error" (anything else went wrong)
     status: str
     summary: str = ""
 
@@ -123,14 +126,15 @@ def judge_mutants(mutants, model, batches, optimizer, out_dir, loss: str = "cros
                   seed: int = 0, **options) -> list[MutantResult]:
     """Every mutant of `mutants` on `model`, `judge`d as `judge_mutant` does, faster: the
     model is compiled once and each C mutant is a copy of that project, rewritten and built
-    (a compile mutant compiles again)."""
+    (a compile mutant compiles again). A mutant not caught is "unchanged" when its steps and
+    prediction are bit for bit those of BASELINE (listed before it)."""
     out_dir = Path(out_dir)
     *xs, y = batches[0]
     options = dict(options, loss=loss, optimizer=optimizer)
     pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y, out_dir=out_dir / "base",
                          instruments=[CallTrace()], **options)
     reference = Reference(copy.deepcopy(model), optimizer, loss, pkg.trainable)
-    results = []
+    results, baseline = [], None
     for mutant in mutants:
         where, status, summary = None, "error", ""
         try:
@@ -145,6 +149,11 @@ def judge_mutants(mutants, model, batches, optimizer, out_dir, loss: str = "cros
             if where is not None:
                 verdict = decide(mutant_pkg, reference, batches, seed)
                 status, summary = verdict.status, verdict.summary()
+                if mutant is BASELINE:
+                    baseline = verdict
+                elif status in ("match", "near kink") and baseline is not None \
+                        and first_difference(baseline, verdict) is None:
+                    status = "unchanged"
         except RuntimeStatusError as err:  # a C that stops is a C told apart
             status, summary = "stops", str(err)[:400]
         except Exception as err:  # noqa: BLE001 - said in the result
