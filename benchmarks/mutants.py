@@ -120,6 +120,7 @@ def main():
                  for r in results]
         print(f"{name:18} {batch:>5} " + " ".join(f"{c:>13}" for c in cells)
               + f" {seconds:>6}", flush=True)
+        write_json(args.out, rows, say=False)  # so far: a run stopped early keeps its rows
         for r in results:
             if r.exercised and not r.caught and (r.mutant != BASELINE.name
                                                  or r.status != "match"):
