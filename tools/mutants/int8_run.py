@@ -66,9 +66,5 @@ def judge_int8_mutants(mutants, model, batches, config, out_dir,
                 status = judged(mutant, status)
         except Exception as err:  # noqa: BLE001 - said in the result
             summary = "".join(traceback.format_exception_only(type(err), err)).strip()[:400]
-        exercised = where is not None
-        if not exercised and status == "error" and not summary:
-            status = "not exercised"
-        results.append(MutantResult(mutant.name, exercised, where or "nothing to change",
-                                    status, summary))
+        results.append(MutantResult.of(mutant.name, where, status, summary))
     return results

@@ -36,6 +36,13 @@ class MutantResult:
     status: str
     summary: str = ""
 
+    @classmethod
+    def of(cls, mutant: str, where: str | None, status: str, summary: str):
+        """The result of a run in which the defect changed `where` (None: nothing)."""
+        if where is None and status == "error" and not summary:
+            status = "not exercised"
+        return cls(mutant, where is not None, where or "nothing to change", status, summary)
+
     @property
     def caught(self) -> bool:
         """`judge` told the mutant from a correct C: a mismatch, or a C that stops."""
@@ -158,9 +165,5 @@ def judge_mutants(mutants, model, batches, optimizer, out_dir, loss: str = "cros
             status, summary = "stops", str(err)[:400]
         except Exception as err:  # noqa: BLE001 - said in the result
             summary = "".join(traceback.format_exception_only(type(err), err)).strip()[:400]
-        exercised = where is not None
-        if not exercised and status == "error" and not summary:
-            status = "not exercised"
-        results.append(MutantResult(mutant.name, exercised, where or "nothing to change",
-                                    status, summary))
+        results.append(MutantResult.of(mutant.name, where, status, summary))
     return results
