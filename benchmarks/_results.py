@@ -16,9 +16,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def write_json(out, data) -> None:
-    """`data` as indented JSON in `out` (its folder made if missing), and say so."""
+def write_json(out, data, say: bool = True) -> None:
+    """`data` as indented JSON in `out` (its folder made if missing), and say so (unless
+    `say` is false: a long benchmark's results so far)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1))
-    print(f"written to {out}")
+    if say:
+        print(f"written to {out}")

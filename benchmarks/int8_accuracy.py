@@ -9,7 +9,7 @@ Models (ubitrain.zoo): "residual" is DigitsResidualCNN (biases, BatchNorm, a dep
 in a residual block, a pointwise conv); "bias_free" is DigitsCNNNiti (the demo's CNN without
 BatchNorm and biases). fp32: SGD (lr 0.05, momentum 0.9, weight decay 1e-4), BatchNorm
 trained with batch statistics. int8: the step derived from the float graph
-(pipeline/int8_graph.py), each BatchNorm folded into its conv with its running statistics,
+(pipeline/int8.py), each BatchNorm folded into its conv with its running statistics,
 NITI's update with mu 5, 4, 3 over the thirds of training (--mu); counted (every shift reduced)
 and adaptive rescaling. "fp32_folded" (nets with BatchNorm): the int8 run's network, each
 BatchNorm folded into its conv at the start, trained in fp32: what folding alone costs.

@@ -1,85 +1,161 @@
-"""Can the referee fail? The real models built with deliberately wrong C, one plausible defect
-at a time (tools/mutants/: a gradient times 1.01, a dropped term of a gradient sum,
-BatchNorm's eps or momentum off, a reduction loop one short, a ReLU mask's < as <=, a
-missing weight-decay term, an in-place share that reads an overwritten value), each judged
-by the referee as `judge` does.
+"""Can the referee fail? The real models and the fuzzer's random models built with
+deliberately wrong C, one plausible defect at a time (tools/mutants/: a gradient times 1.01,
+a dropped term of a gradient sum, BatchNorm's eps or momentum off, a reduction loop one
+short, a ReLU mask's < as <=, a missing weight-decay term, an in-place share that reads an
+overwritten value), each judged by the referee as `judge` does.
 
-    python benchmarks/mutants.py [--models lenet5 mobilenet_v2 ...] [--mutants bn_eps ...]
-        [--batch 4] [--steps 2] [--out results/mutants.json]
+    python benchmarks/mutants.py [--models lenet5 mobilenet_v2 ...] [--batches 1 4 8]
+        [--fuzz-seeds 0:100] [--mutants bn_eps ...] [--steps 2] [--out results/mutants.json]
+    python benchmarks/mutants.py --precision int8 [--target aarch64-neon] [--mutants ...]
 
-Per model, first the C as generated ("baseline": it must match, or the kills say nothing),
-then each mutant's outcome: caught ("mismatch", or "stops": the C returned an error
-status), missed ("match", "near kink"), or "-" (the model has nothing the defect applies
-to: not exercised). Then the kill rate per mutant and per model, over the runs that
-exercised it. SGD with momentum 0.9 and weight decay 1e-4 (so that the weight-decay defect
-has a term to drop), lr 0.05, the real-model suite's inputs (tools/real_models.py).
+Per model and batch, first the C as generated ("baseline": it must match, or the kills say
+nothing), then each mutant's outcome: caught ("mismatch", or "stops": the C returned an
+error status), missed ("match", "near kink"), or "-" (the model has nothing the defect
+applies to: not exercised). Then the kill rate per mutant and per model, over the runs that
+exercised it. A real model trains with SGD, momentum 0.9 and weight decay 1e-4 (so that the
+weight-decay defect has a term to drop), lr 0.05, on the real-model suite's inputs
+(tools/real_models.py); a fuzz seed (`--fuzz-seeds A:B`, as `python -m tools.fuzzing`) on
+its own case: its model, loss, optimizer and data, every pass on (variant A).
+
+`--precision int8`: the int8 mutants (tools/mutants/int8_defects.py: a rescale shift off by
+one, round half wrongly, saturation at -128, a residual's backward sum dropping a term, the
+ReLU mask's < as <=, a reduction one short, the update's mu off by one) on the int8 test
+models (tools/int8_models.py), each caught if its step differs in one bit from the numpy
+reference; `--target` a cross target runs the C under QEMU.
 """
 
-import argparse
 import tempfile
 import time
-import warnings
+import traceback
 
+import _real_model_cli as cli
 import torch
 from _results import write_json
 
 import ubitrain as ub
-from tools.mutants import BASELINE, MUTANTS, judge_mutants, mutant
-from tools.real_models import REAL_MODELS, batches, real_model
+from tools import int8_models
+from tools.fuzzing.__main__ import parse_seeds
+from tools.fuzzing.case import clear_batches, draw_case
+from tools.fuzzing.graphs import instantiate
+from tools.mutants import BASELINE, INT8_MUTANTS, MUTANTS, judge_int8_mutants, judge_mutants, mutant
+from tools.real_models import batches, real_model
 
 SHORT = {"mismatch": "caught", "stops": "stops", "match": "MISSED", "near kink": "kink?",
-         "not exercised": "-", "error": "ERROR"}
+         "unchanged": "same", "not exercised": "-", "error": "ERROR"}
+REAL_OPTIMIZER = ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
+
+
+def real_subjects(names, sizes, steps):
+    """(model, batch, run(mutants, folder)) per real model and batch size."""
+    for name in names:
+        model = real_model(name)
+        for batch in sizes:
+            def run(mutants, tmp, model=model, batch=batch):
+                torch.manual_seed(0)
+                return judge_mutants(mutants, model.make(), batches(model, batch, steps),
+                                     REAL_OPTIMIZER, tmp)
+            yield name, batch, run
+
+
+def fuzz_subjects(seeds):
+    for seed in seeds:
+        case = draw_case(seed)
+
+        def run(mutants, tmp, case=case):
+            model = instantiate(case.graph, case.seed)
+            data, _ = clear_batches(case, model)
+            return judge_mutants(mutants, model, data, case.optimizer, tmp, case.graph.loss,
+                                 case.seed, trainable=list(case.trainable or []) or None)
+        yield f"fuzz {seed}", case.graph.input_shape[0], run
+
+
+def int8_subjects(target):
+    """The int8 test models (tools/int8_models.py) as tests/test_int8_graph.py trains them:
+    4 steps, mu 5 then 4; every site counted, and two of them with adaptive rescaling."""
+    cases = [(i, False) for i in range(len(int8_models.MODELS))] + [(2, True), (4, True)]
+    for i, adaptive in cases:
+        def run(mutants, tmp, i=i, adaptive=adaptive):
+            torch.manual_seed(0)
+            config = ub.NITI(mu=(5, 4), milestones=(2,), adaptive_rescale=adaptive,
+                             max_interval=4)
+            return judge_int8_mutants(mutants, int8_models.MODELS[i](),
+                                      int8_models.int8_batches(4), config, tmp, target)
+        yield int8_models.MODEL_IDS[i] + ("-adaptive" if adaptive else ""), 4, run
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=[m.name for m in REAL_MODELS])
-    parser.add_argument("--mutants", nargs="+", default=[m.name for m in MUTANTS])
-    parser.add_argument("--batch", type=int, default=4)
+    parser = cli.parser(__doc__, "results/mutants.json", batches=(4,))
+    parser.add_argument("--fuzz-seeds", type=parse_seeds, default=range(0))
+    parser.add_argument("--precision", choices=["fp32", "int8"], default="fp32")
+    parser.add_argument("--target", default="host", help="int8: where the C runs")
+    parser.add_argument("--mutants", nargs="+")
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--out", default="results/mutants.json")
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    torch.set_num_threads(1)
-    mutants = [BASELINE] + [mutant(n) for n in args.mutants]
-    optimizer = ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
+    args = cli.parse(parser)
+    suite = INT8_MUTANTS if args.precision == "int8" else MUTANTS
+    mutants = [BASELINE] + [mutant(n, suite) for n in args.mutants or [m.name for m in suite]]
+    if args.precision == "int8":
+        subjects = list(int8_subjects(args.target))
+    else:
+        subjects = [*real_subjects(args.models, args.batches, args.steps),
+                    *fuzz_subjects(args.fuzz_seeds)]
     rows = []
-    print(f"{'model':18} " + " ".join(f"{m.name[:13]:>13}" for m in mutants) + "      s")
-    for name in args.models:
-        model = real_model(name)
-        torch.manual_seed(0)
-        net = model.make()
+    print(f"{'model':18} {'batch':>5} " + " ".join(f"{m.name[:13]:>13}" for m in mutants)
+          + "      s")
+    for name, batch, run in subjects:
         start = time.perf_counter()
-        with tempfile.TemporaryDirectory() as tmp:
-            results = judge_mutants(mutants, net, batches(model, args.batch, args.steps),
-                                    optimizer, tmp)
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                results = run(mutants, tmp)
+        except Exception as err:  # noqa: BLE001 - an unsupported fuzz model: said, skipped
+            print(f"{name:18} {batch:>5} not compiled: "
+                  + traceback.format_exception_only(type(err), err)[-1].strip()[:120])
+            continue
         seconds = round(time.perf_counter() - start, 1)
         for r in results:
-            rows.append(dict(model=name, batch=args.batch, steps=args.steps, mutant=r.mutant,
-                             exercised=r.exercised, where=r.where, status=r.status,
-                             caught=r.caught, summary=r.summary))
+            rows.append(dict(model=name, batch=batch, precision=args.precision,
+                             target=args.target, mutant=r.mutant, exercised=r.exercised,
+                             where=r.where, status=r.status, caught=r.caught,
+                             summary=r.summary, seconds=seconds))
         cells = [r.status if r.mutant == BASELINE.name else SHORT.get(r.status, r.status)
                  for r in results]
-        print(f"{name:18} " + " ".join(f"{c:>13}" for c in cells)
+        print(f"{name:18} {batch:>5} " + " ".join(f"{c:>13}" for c in cells)
               + f" {seconds:>6}", flush=True)
+        write_json(args.out, rows, say=False)  # so far: a run stopped early keeps its rows
         for r in results:
             if r.exercised and not r.caught and (r.mutant != BASELINE.name
                                                  or r.status != "match"):
                 print(f"    {r.mutant} ({r.where}): {(r.summary or '-').splitlines()[0][:160]}")
-    print("\nkill rate per mutant (caught / exercised; models that do not exercise it)")
-    for m in mutants[1:]:
-        mine = [r for r in rows if r["mutant"] == m.name]
-        ran = [r for r in mine if r["exercised"]]
-        idle = [r["model"] for r in mine if not r["exercised"]]
-        print(f"  {m.name:20} {sum(r['caught'] for r in ran)}/{len(ran)}"
-              + (f"   not exercised by: {', '.join(idle)}" if idle else "")
-              + ("   EXERCISED BY NO MODEL" if not ran else ""))
-    print("kill rate per model")
-    for name in args.models:
-        ran = [r for r in rows if r["model"] == name and r["exercised"]
-               and r["mutant"] != BASELINE.name]
-        print(f"  {name:20} {sum(r['caught'] for r in ran)}/{len(ran)}")
+    summarize(rows, mutants[1:])
     write_json(args.out, rows)
+
+
+def summarize(rows, mutants):
+    """The kill rate per mutant (naming the runs that do not exercise it), and per model
+    (the fuzz seeds together), over the runs whose baseline matched."""
+    valid = {(r["model"], r["batch"]) for r in rows
+             if r["mutant"] == BASELINE.name and r["status"] == "match"}
+    bad = sorted({(r["model"], r["batch"]) for r in rows} - valid)
+    if bad:
+        print(f"\nbaseline not a match, its mutants not counted: {bad}")
+    rows = [r for r in rows if (r["model"], r["batch"]) in valid]
+    print("\nkill rate per mutant (caught / exercised and changing a number; runs where it "
+          "changes none, runs that do not exercise it)")
+    for m in mutants:
+        mine = [r for r in rows if r["mutant"] == m.name]
+        ran = [r for r in mine if r["exercised"] and r["status"] != "unchanged"]
+        same = [f"{r['model']} b{r['batch']}" for r in mine if r["status"] == "unchanged"]
+        idle = [f"{r['model']} b{r['batch']}" for r in mine if not r["exercised"]]
+        print(f"  {m.name:20} {sum(r['caught'] for r in ran)}/{len(ran)}"
+              + ("   EXERCISED BY NO MODEL" if not ran and not same else "")
+              + (f"   changes no number of: {', '.join(same)}" if same else "")
+              + (f"   not exercised by: {', '.join(idle)}" if idle else ""))
+    print("kill rate per model (caught / exercised, over its batches)")
+    group = {r["model"]: "fuzz seeds" if r["model"].startswith("fuzz ") else r["model"]
+             for r in rows}
+    for name in dict.fromkeys(group.values()):
+        ran = [r for r in rows if group[r["model"]] == name and r["exercised"]
+               and r["mutant"] != BASELINE.name and r["status"] != "unchanged"]
+        print(f"  {name:20} {sum(r['caught'] for r in ran)}/{len(ran)}")
 
 
 if __name__ == "__main__":

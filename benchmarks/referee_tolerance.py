@@ -17,19 +17,18 @@ The default is the issue's setting: one step of SGD with lr 1 on the real-model 
 inputs (tools/real_models.py).
 """
 
-import argparse
 import statistics
 import tempfile
 import time
 import traceback
-import warnings
 
+import _real_model_cli as cli
 import torch
 from _results import write_json
 
 import ubitrain as ub
 from tools.mutants import decide
-from tools.real_models import REAL_MODELS, batches, real_model
+from tools.real_models import batches, real_model
 from ubitrain.fidelity.reference import Reference
 from ubitrain.pipeline import CallTrace
 
@@ -69,16 +68,11 @@ def run(model, batch: int, steps: int, optimizer) -> dict:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=[m.name for m in REAL_MODELS])
-    parser.add_argument("--batches", nargs="+", type=int, default=[1, 4, 8])
+    parser = cli.parser(__doc__, "results/referee_tolerance.json")
     parser.add_argument("--steps", type=int, default=1)
     parser.add_argument("--lr", type=float, default=1.0)
     parser.add_argument("--momentum", type=float, default=0.0)
-    parser.add_argument("--out", default="results/referee_tolerance.json")
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    torch.set_num_threads(1)
+    args = cli.parse(parser)
     optimizer = ub.SGD(lr=args.lr, momentum=args.momentum)
     rows = []
     print(f"{'model':18} {'batch':>5}  {'before':28}  {'after':28}  {'shrunk':>6} "

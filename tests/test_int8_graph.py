@@ -1,4 +1,4 @@
-"""The int8 step derived from the float graph (pipeline/int8_graph.py), compiled to C and
+"""The int8 step derived from the float graph (pipeline/int8.py), compiled to C and
 trained on the host and on every cross target under QEMU, against NITI's numpy reference
 read off the model's ATen graph with NITI's update rule (fidelity/niti_check.py): every
 integer parameter after every step, the losses and predict's output, bit for bit."""
@@ -10,21 +10,15 @@ import warnings
 import pytest
 import torch
 from harness import CROSS, require_tools
-from test_niti_graph import MODEL_IDS, MODELS
 
 import ubitrain as ub
+from tools.int8_models import MODEL_IDS, MODELS, int8_batches
 from ubitrain.fidelity.niti_check import compare_with_reference
 
 STEPS = 4
 CASES = [(make, "counted") for make in MODELS] + [(MODELS[2], "adaptive"),
                                                   (MODELS[4], "adaptive")]
 CASE_IDS = MODEL_IDS + [f"{MODEL_IDS[2]}-adaptive", f"{MODEL_IDS[4]}-adaptive"]
-
-
-def _batches():
-    gen = torch.Generator().manual_seed(1)
-    return [(torch.randn(4, 1, 8, 8, generator=gen), torch.randint(0, 10, (4,), generator=gen))
-            for _ in range(STEPS)]
 
 
 @pytest.mark.parametrize("make,rescaling", CASES, ids=CASE_IDS)
@@ -46,7 +40,7 @@ def test_on_every_cross_target_too(target, tmp_path):
 def assert_trains_as_reference(make, rescaling, target, tmp_path, first_step=0):
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
-    model, batches = make(), _batches()
+    model, batches = make(), int8_batches(STEPS)
     config = ub.NITI(mu=(5, 4), milestones=(2,),  # the schedule changes inside the run
                      adaptive_rescale=rescaling == "adaptive", max_interval=4)
     pkg = ub.compile(model, (batches[0][0],), batches[0][1], precision="int8",
@@ -69,7 +63,7 @@ def test_a_memory_budget_is_fitted_and_trains_the_same(tmp_path):
     budget no plan fits is refused with the numbers."""
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
-    model, batches = MODELS[4](), _batches()
+    model, batches = MODELS[4](), int8_batches(STEPS)
     config = ub.NITI(mu=(5,), milestones=(), adaptive_rescale=True, max_interval=4)
     x, y = batches[0]
     free = ub.compile(model, (x,), y, precision="int8", optimizer=config,

@@ -84,3 +84,23 @@ def test_a_wrong_forward_is_not_excused_by_a_kink(tmp_path):
     base, eps = judge_mutants([BASELINE, mutant("bn_eps")], model, data, optimizer, tmp_path)
     assert base.status == "match", base.summary
     assert eps.exercised and eps.caught, f"bn_eps ({eps.where}): {eps.status}: {eps.summary}"
+
+
+def test_int8_mutants_are_caught_bit_for_bit(tmp_path):
+    """The int8 step's C (pipeline/int8.py) with a defect NITI's arithmetic makes easy:
+    negative halves rounded toward zero, a residual's backward sum dropping a term, the ReLU
+    mask's < as <=, the update's mu off by one; each differs from the numpy reference. The
+    whole int8 suite, on every int8 test model and a cross target: benchmarks/mutants.py
+    --precision int8."""
+    from tools.int8_models import MODELS, int8_batches
+    from tools.mutants import INT8_MUTANTS, judge_int8_mutants
+
+    torch.manual_seed(0)
+    config = ub.NITI(mu=(5, 4), milestones=(2,), max_interval=4)
+    names = ["round_half", "drop_sum_term", "relu_le", "mu_off_by_one"]
+    base, *mutants = judge_int8_mutants(
+        [BASELINE] + [mutant(n, INT8_MUTANTS) for n in names], MODELS[2](), int8_batches(2),
+        config, tmp_path)
+    assert base.status == "match", base.summary
+    for r in mutants:
+        assert r.exercised and r.caught, f"{r.mutant} ({r.where}): {r.status}: {r.summary}"

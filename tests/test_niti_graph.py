@@ -14,6 +14,7 @@ import tvm
 from torch import nn
 from tvm import relax
 
+from tools.int8_models import MODEL_IDS, MODELS
 from ubitrain.errors import UnsupportedOpError
 from ubitrain.fidelity.niti_reference import NitiGraphReference
 from ubitrain.lowering.fused_kernels import legalize_fused_ops
@@ -21,72 +22,6 @@ from ubitrain.niti.rescale import EXACT_COUNTED
 from ubitrain.training.batch_norm_folding import fold_batch_norms
 from ubitrain.training.graph import build_training_module
 from ubitrain.training.niti_module import niti_training_module
-
-
-class Residual(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.stem = nn.Conv2d(1, 4, 3, padding=1)
-        self.body = nn.Conv2d(4, 4, 3, padding=1)
-        self.head = nn.Linear(4 * 4 * 4, 10)
-
-    def forward(self, x):
-        h = torch.relu(self.stem(x))
-        h = torch.relu(self.body(h) + h)
-        return self.head(torch.flatten(nn.functional.max_pool2d(h, 2), 1))
-
-
-class DepthwiseAveraging(nn.Module):
-    """A depthwise conv in a residual block, a grouped conv whose output is concatenated
-    with its input, average pooling over windows that leave a column out, and a global
-    average: the MobileNet- and DenseNet-style ops."""
-
-    def __init__(self):
-        super().__init__()
-        self.stem = nn.Conv2d(1, 8, 3, padding=1)
-        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
-        self.grouped = nn.Conv2d(8, 8, 1, groups=2, bias=False)
-        self.head = nn.Linear(16, 10)
-
-    def forward(self, x):
-        h = torch.relu(self.stem(x))
-        h = torch.relu(self.dw(h)) + h
-        h = torch.cat([torch.relu(self.grouped(h)), h], 1)
-        h = nn.functional.avg_pool2d(h, (2, 3))
-        return self.head(nn.functional.adaptive_avg_pool2d(h, 1).flatten(1))
-
-
-class OrdinaryCNN(nn.Module):
-    """Biases, BatchNorm (with running statistics a pretrained net would have), a depthwise
-    conv, a residual add and ReLU6: what the int8 path must train. Each BatchNorm is folded into
-    its conv (training/batch_norm_folding.py) before the integer step is derived."""
-
-    def __init__(self):
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
-        self.dw = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.BatchNorm2d(8),
-                                nn.ReLU())
-        self.pw = nn.Sequential(nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16),
-                                nn.ReLU6())
-        self.head = nn.Linear(16, 10)
-        gen = torch.Generator().manual_seed(2)
-        for bn in (self.stem[1], self.dw[1], self.pw[1]):
-            c = bn.num_features
-            bn.running_mean.copy_(torch.randn(c, generator=gen) * 0.1)
-            bn.running_var.copy_(torch.rand(c, generator=gen) + 0.5)
-            bn.weight.data.copy_(torch.rand(c, generator=gen) + 0.5)
-            bn.bias.data.copy_(torch.randn(c, generator=gen) * 0.1)
-
-    def forward(self, x):
-        h = self.stem(x)
-        h = self.dw(h) + h
-        h = nn.functional.max_pool2d(self.pw(h), 2)
-        return self.head(nn.functional.adaptive_avg_pool2d(h, 1).flatten(1))
-
-
-def chain(bias: bool):
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=bias), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Flatten(), nn.Linear(64, 10, bias=bias))
 
 
 def run_graph(model, x, y):
@@ -100,11 +35,6 @@ def run_graph(model, x, y):
     state = {s.name: s.value for s in tm.graph.state}
     params = {n: (state[n], int(state[f"{n}.exponent"][0])) for n in tm.trainable}
     return params, float(loss.numpy()), {n: g.numpy() for n, g in zip(tm.trainable, grads)}
-
-
-MODELS = [lambda: chain(False), lambda: chain(True), Residual, DepthwiseAveraging, OrdinaryCNN]
-MODEL_IDS = ["chain", "chain_with_biases", "residual_with_biases", "depthwise_averaging",
-             "batch_norm_depthwise_residual"]
 
 
 @pytest.mark.parametrize("make", MODELS, ids=MODEL_IDS)

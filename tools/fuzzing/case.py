@@ -124,15 +124,22 @@ def run_guarded(seed: int, run, workdir: Path | None, prefix: str) -> Outcome:
     return outcome
 
 
-def _run(case: Case, tmp: Path) -> Outcome:
-    model = instantiate(case.graph, case.seed)
-    trainable = list(case.trainable) if case.trainable is not None else None
+def clear_batches(case: Case, model) -> tuple[list, int]:
+    """The case's data: the first draw on which PyTorch's own run keeps clear of kinks (the
+    last of DATA_DRAWS if none does), and its number."""
     probe = Reference(model, case.optimizer, case.graph.loss,
                       [n for n, _ in model.named_parameters()])
     for draw in range(DATA_DRAWS):
         batches = case.batches(draw)
         if not kinks_along(probe, batches, case.seed):
             break
+    return batches, draw
+
+
+def _run(case: Case, tmp: Path) -> Outcome:
+    model = instantiate(case.graph, case.seed)
+    trainable = list(case.trainable) if case.trainable is not None else None
+    batches, draw = clear_batches(case, model)
     verdicts = {variant: judge(model, batches, case.optimizer, tmp / variant,
                                case.graph.loss, case.seed, trainable=trainable,
                                disable_passes=disabled)

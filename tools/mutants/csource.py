@@ -62,3 +62,12 @@ def edit_group(text: str, kernel: str, edit) -> tuple[str, int]:
         body, n = edit(text[f.start:f.end])
         text, total = text[:f.start] + body + text[f.end:], total + n
     return text, total
+
+
+def edit_first(text: str, kernels, edit, what: str) -> tuple[str, str] | None:
+    """`edit` on the first of `kernels` it changes anything in: (new text, where), or None."""
+    for kernel in kernels:
+        new, n = edit_group(text, kernel, edit)
+        if n:
+            return new, f"{what} in {kernel} ({n} places)"
+    return None

@@ -17,7 +17,7 @@ from ubitrain.kernels.tir_access import in_place_pairs
 from ubitrain.pipeline import Instrument
 from ubitrain.program.inplace import SHAREABLE_KINDS
 
-from .csource import backward_kernels, edit_group, functions
+from .csource import backward_kernels, edit_first, functions
 
 _UPDATE = re.compile(r"ub_f32_(?:sgd|adam|adamw)_update\w*__\w+$")
 
@@ -36,15 +36,6 @@ def _first_update_kernel(text: str) -> str | None:
     return next((f.name for f in fns if _UPDATE.match(f.name)), None)
 
 
-def _in_first(text, kernels, edit, what):
-    """`edit` on the first of `kernels` it changes anything in."""
-    for kernel in kernels:
-        new, n = edit_group(text, kernel, edit)
-        if n:
-            return new, f"{what} in {kernel} ({n} places)"
-    return None
-
-
 # ---- a gradient scaled by 1.01 ------------------------------------------------------------
 def scale_gradient(text):
     kernel = _first_update_kernel(text)
@@ -53,7 +44,7 @@ def scale_gradient(text):
 
     def edit(body):
         return re.subn(r"\bgrad\[([^\]]+)\]", r"(1.01f * grad[\1])", body)
-    return _in_first(text, [kernel], edit, "the gradient times 1.01")
+    return edit_first(text, [kernel], edit, "the gradient times 1.01")
 
 
 # ---- one term of a gradient sum dropped ---------------------------------------------------
@@ -69,7 +60,7 @@ def drop_gradient_term(text):
             return f"{m.group(1)}[{m.group(2)}]" if same else m.group(0)
         new = _SUM.sub(one, body)
         return new, int(new != body)
-    return _in_first(text, backward_kernels(text), edit, "the second term of a gradient sum "
+    return edit_first(text, backward_kernels(text), edit, "the second term of a gradient sum "
                      "dropped")
 
 
@@ -106,7 +97,7 @@ def batch_norm_momentum(text):
         return _RUNNING.subn(one, body)
     names = [name for name in functions(text) if "batch_norm_stats" in name]
     entries = [n for n in names if not any(n != m and n.startswith(m) for m in names)]
-    return _in_first(text, entries, edit, "momentum 0.01 for 0.1")
+    return edit_first(text, entries, edit, "momentum 0.01 for 0.1")
 
 
 # ---- the last iteration of a loop skipped -------------------------------------------------
@@ -114,18 +105,19 @@ _LOOP = re.compile(r"for \(int32_t (k\w*) = 0; \1 < (\d+); \+\+\1\)")
 
 
 def skip_last_iteration(text):
-    """The first reduction loop (a k axis, two iterations or more) of the first bias
-    gradient sum (collapse_sum) of the backward stops one short."""
+    """The first reduction loop (a k axis, two iterations or more) of the backward's first
+    bias gradient sum (collapse_sum) that has one stops one short. (At batch 1 the first
+    such sum, a linear head's, sums one sample: no loop.)"""
     def edit(body):
         def one(m):
             return f"for (int32_t {m.group(1)} = 0; {m.group(1)} < {int(m.group(2)) - 1}; " \
                 f"++{m.group(1)})"
-        for m in _LOOP.finditer(body):
-            if int(m.group(2)) >= 2:
+        for m in _LOOP.finditer(body):  # not an accumulator's initialisation (k3_init)
+            if int(m.group(2)) >= 2 and not m.group(1).endswith("_init"):
                 return body[:m.start()] + one(m) + body[m.end():], 1
         return body, 0
     kernels = [k for k in backward_kernels(text) if "collapse_sum" in k]
-    return _in_first(text, kernels[:1], edit, "a reduction loop one short")
+    return edit_first(text, kernels, edit, "a reduction loop one short")
 
 
 # ---- a kink rule flipped from < to <= ----------------------------------------------------
@@ -143,7 +135,7 @@ def flip_kink_rule(text):
             body, n = pattern.subn(repl, body)
             total += n
         return body, total
-    return _in_first(text, backward_kernels(text), edit, "0 < z as 0 <= z")
+    return edit_first(text, backward_kernels(text), edit, "0 < z as 0 <= z")
 
 
 # ---- a weight-decay term missing ----------------------------------------------------------
@@ -158,7 +150,7 @@ def drop_weight_decay(text):
 
     def edit(body):
         return _DECAY.subn(r"grad[\1]", body)
-    return _in_first(text, [kernel], edit, "g + wd * w as g")
+    return edit_first(text, [kernel], edit, "g + wd * w as g")
 
 
 # ---- an in-place share that reads an overwritten value ------------------------------------
@@ -218,8 +210,10 @@ MUTANTS = [
 BASELINE = Mutant("baseline", "no defect", rewrite=lambda text: (text, "no change"))
 
 
-def mutant(name: str) -> Mutant:
-    for m in [BASELINE, *MUTANTS]:
+def mutant(name: str, suite=None) -> Mutant:
+    """The mutant `name` of `suite` (by default the float ones, MUTANTS), or BASELINE."""
+    suite = MUTANTS if suite is None else suite
+    for m in [BASELINE, *suite]:
         if m.name == name:
             return m
-    raise KeyError(f"no mutant {name!r}; known: {', '.join(m.name for m in MUTANTS)}")
+    raise KeyError(f"no mutant {name!r}; known: {', '.join(m.name for m in suite)}")

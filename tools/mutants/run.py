@@ -18,7 +18,8 @@ from ubitrain.fidelity.sides import ForwardCapture
 from ubitrain.package import Package
 from ubitrain.pipeline import CallTrace
 
-from .defects import Mutant
+from ..fuzzing.case import first_difference
+from .defects import BASELINE, Mutant
 
 MARK = "/* mutant: {} */\n"
 
@@ -29,9 +30,18 @@ class MutantResult:
     exercised: bool  # the defect found something to change in this model
     where: str  # what it changed
     # the verdict ("match", "mismatch", "near kink"), "stops" (the C returned an error
-    # status: a non-finite loss), "not exercised", or "error" (anything else went wrong)
+    # status: a non-finite loss), "unchanged" (not caught, and every number the referee
+    # reads is bit for bit the C as generated's: the defect changes nothing on this data),
+    # "not exercised", or "error" (anything else went wrong)
     status: str
     summary: str = ""
+
+    @classmethod
+    def of(cls, mutant: str, where: str | None, status: str, summary: str):
+        """The result of a run in which the defect changed `where` (None: nothing)."""
+        if where is None and status == "error" and not summary:
+            status = "not exercised"
+        return cls(mutant, where is not None, where or "nothing to change", status, summary)
 
     @property
     def caught(self) -> bool:
@@ -107,44 +117,53 @@ def decide(pkg, reference, batches, seed: int = 0, pin: bool = True):
         capture.close()
 
 
-def judge_mutants(mutants, model, batches, optimizer, out_dir, **options) -> list[MutantResult]:
+def rewritten(pkg, mutant: Mutant, project: Path):
+    """A copy of `pkg`'s project in `project` with `mutant`'s rewrite of its model.c: (the
+    package there, what was changed), or (None, None) when the rewrite finds nothing."""
+    shutil.rmtree(project, ignore_errors=True)
+    shutil.copytree(pkg.out_dir, project, ignore=shutil.ignore_patterns("build"))
+    done = mutant.rewrite((project / "model.c").read_text())
+    if done is None:
+        return None, None
+    (project / "model.c").write_text(MARK.format(mutant.name) + done[0])
+    return dataclasses.replace(pkg, out_dir=project), done[1]
+
+
+def judge_mutants(mutants, model, batches, optimizer, out_dir, loss: str = "cross_entropy",
+                  seed: int = 0, **options) -> list[MutantResult]:
     """Every mutant of `mutants` on `model`, `judge`d as `judge_mutant` does, faster: the
     model is compiled once and each C mutant is a copy of that project, rewritten and built
-    (a compile mutant compiles again)."""
+    (a compile mutant compiles again). A mutant not caught is "unchanged" when its steps and
+    prediction are bit for bit those of BASELINE (listed before it)."""
     out_dir = Path(out_dir)
     *xs, y = batches[0]
-    pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y, optimizer=optimizer,
-                         out_dir=out_dir / "base", instruments=[CallTrace()], **options)
-    reference = Reference(copy.deepcopy(model), optimizer, "cross_entropy", pkg.trainable)
-    results = []
+    options = dict(options, loss=loss, optimizer=optimizer)
+    pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y, out_dir=out_dir / "base",
+                         instruments=[CallTrace()], **options)
+    reference = Reference(copy.deepcopy(model), optimizer, loss, pkg.trainable)
+    results, baseline = [], None
     for mutant in mutants:
         where, status, summary = None, "error", ""
         try:
             if mutant.rewrite is not None:
-                project = out_dir / mutant.name
-                shutil.rmtree(project, ignore_errors=True)
-                shutil.copytree(pkg.out_dir, project, ignore=shutil.ignore_patterns("build"))
-                done = mutant.rewrite((project / "model.c").read_text())
-                if done is not None:
-                    (project / "model.c").write_text(MARK.format(mutant.name) + done[0])
-                    where = done[1]
-                    mutant_pkg = dataclasses.replace(pkg, out_dir=project)
+                mutant_pkg, where = rewritten(pkg, mutant, out_dir / mutant.name)
             else:
                 hook = mutant.instrument()
                 mutant_pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y,
-                                            optimizer=optimizer, out_dir=out_dir / mutant.name,
+                                            out_dir=out_dir / mutant.name,
                                             instruments=[CallTrace(), hook], **options)
                 where = hook.where
             if where is not None:
-                verdict = decide(mutant_pkg, reference, batches)
+                verdict = decide(mutant_pkg, reference, batches, seed)
                 status, summary = verdict.status, verdict.summary()
+                if mutant is BASELINE:
+                    baseline = verdict
+                elif status in ("match", "near kink") and baseline is not None \
+                        and first_difference(baseline, verdict) is None:
+                    status = "unchanged"
         except RuntimeStatusError as err:  # a C that stops is a C told apart
             status, summary = "stops", str(err)[:400]
         except Exception as err:  # noqa: BLE001 - said in the result
             summary = "".join(traceback.format_exception_only(type(err), err)).strip()[:400]
-        exercised = where is not None
-        if not exercised and status == "error" and not summary:
-            status = "not exercised"
-        results.append(MutantResult(mutant.name, exercised, where or "nothing to change",
-                                    status, summary))
+        results.append(MutantResult.of(mutant.name, where, status, summary))
     return results
