@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 from .errors import UbitrainError
+from .int8.package import Int8Package
 from .int8.update import NITI
 from .memory.plan import MemoryPlan
-from .package import Int8Package, Package
+from .package import Package
 from .pipeline import pipeline_for, run_steps
 from .pipeline.request import checked_request
 from .pipeline.unit import Unit

@@ -36,11 +36,11 @@ import dataclasses
 import torch
 
 from ..errors import CompileError
+from ..int8.package import Int8Package
 from ..int8.update import NITI
 from ..memory.micro_batching import fit_micro_batched
 from ..niti.loss import MAX_CLASSES
 from ..niti.rescale import ADAPTIVE, EXACT_COUNTED
-from ..package import Int8Package
 from ..project.manifest import write_manifest
 from ..training.batch_norm_folding import fold_batch_norms
 from ..training.niti_module import niti_training_module
@@ -171,7 +171,7 @@ INT8 = Pipeline(
              "(targets/fit.py)", phase=fp32.WRITE),
         Step("write_project", fp32.project, "model.h, model.c, CMakeLists.txt, runtime_c "
              "(project/emit.py)"),
-        Step("package", package, "what the compile tells its caller (package.py)"),
+        Step("package", package, "what the compile tells its caller (int8/package.py)"),
     ),
     check_options=check_options,
     checked_optimizer=checked_optimizer,

@@ -27,13 +27,13 @@ import torch
 from ..errors import CompileError
 from ..int8.lower import lower_module
 from ..int8.onnx_lower import lower_onnx
+from ..int8.package import Int8Package
 from ..int8.placement import place
 from ..int8.program import build_int8_programs
 from ..int8.trainable import freeze
 from ..int8.update import NITI
 from ..memory.plan import plan_memory
 from ..niti.loss import MAX_CLASSES
-from ..package import Int8Package
 from ..program.ir import Program
 from ..project.emit import render_project
 from ..project.manifest import write_manifest
