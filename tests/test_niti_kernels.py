@@ -48,10 +48,12 @@ CASES = {  # name -> (kernel, input (shape, dtype)s, attributes)
     "align_bias": (niti_kernels.niti_align_bias,
                    [((3, 5, 2), "int32"), ((1,), "int32"), ((1,), "int32"), ((5,), "int32"),
                     ((1,), "int32")], {}),
-    "update_weight": (niti_kernels.niti_update,
-                      [((N,), "int8"), ((N,), "int32"), ((1,), "float32")], {}),
-    "update_bias": (niti_kernels.niti_update,
-                    [((N,), "int32"), ((N,), "int32"), ((1,), "float32")], {}),
+    "align_bias_one": (niti_kernels.niti_align_bias,  # one element: its stages inlined
+                       [((1, 1), "int32"), ((1,), "int32"), ((1,), "int32"), ((1,), "int32"),
+                        ((1,), "int32")], {}),
+    **{f"update_{kind}_{n}": (niti_kernels.niti_update,
+                              [((n,), dtype), ((n,), "int32"), ((1,), "float32")], {})
+       for kind, dtype in (("weight", "int8"), ("bias", "int32")) for n in (N, 1)},
     "softmax_xent": (niti_kernels.niti_softmax_xent,
                      [((BATCH, CLASSES), "int8"), ((1,), "int32"), ((BATCH,), "int32")], {}),
 }
@@ -194,18 +196,32 @@ def test_relu6_bound_is_six_at_every_exponent(kernels):
         assert got[0] == want, e
 
 
-def test_bias_is_aligned_to_the_accumulator(kernels):
+@pytest.mark.parametrize("case", ["align_bias", "align_bias_one"])
+def test_bias_is_aligned_to_the_accumulator(kernels, case):
+    """acc 2^e + bias 2^eb as numpy's align_bias, for biases up to 2^30 and exponent gaps
+    either way: the value itself (exact when the bias is finer by nothing, else within half
+    of the result's last bit), and never beyond int32."""
     rng = np.random.default_rng(5)
+    shape = (3, 5, 2) if case == "align_bias" else (1, 1)
+    coarsened = 0
     for _ in range(TRIALS):
-        acc = _int32s(rng, (3, 5, 2)) >> 2
-        bias = _int32s(rng, (5,)) >> 2
-        e1, e2, eb = _exponent(rng, -20, 0), _exponent(rng, -20, 0), _exponent(rng, -50, 0)
-        (got,) = kernels["align_bias"](acc, e1, e2, bias, eb)
-        gap = int(eb[0]) - int(e1[0] + e2[0])
-        aligned = (bias.astype(np.int64) << min(gap, niti_kernels.ALIGN_BITS) if gap >= 0
-                   else rounding.round_shift(bias, -gap))
-        want = acc.astype(np.int64) + aligned[None, :, None]
-        np.testing.assert_array_equal(got, want.astype(np.int32))
+        acc = _int32s(rng, shape) >> 2  # below 2^30: the accumulators of int8 products
+        bias = _int32s(rng, shape[1:2]) >> 1
+        e1, e2, eb = _exponent(rng, -30, 0), _exponent(rng, -30, 0), _exponent(rng, -50, 0)
+        got, coarser = kernels[case](acc, e1, e2, bias, eb)
+        e = int(e1[0] + e2[0])
+        want, want_coarser = align.align_bias(acc, e, bias, int(eb[0]))
+        np.testing.assert_array_equal(got, want)
+        assert coarser[0] == want_coarser
+        coarsened += want_coarser > 0
+        expanded = [1] * acc.ndim
+        expanded[1] = -1
+        exact = (acc.astype(object) * 2 ** (e - min(e, int(eb[0])))
+                 + bias.reshape(expanded).astype(object) * 2 ** (int(eb[0]) - min(e, int(eb[0]))))
+        scale = 2 ** (e + want_coarser - min(e, int(eb[0])))  # the result's LSB, in the
+        error = np.abs(got.astype(object) * scale - exact)  # units of the finer exponent
+        assert (2 * error <= scale + scale * (int(eb[0]) < e)).all()
+    assert 0 < coarsened < TRIALS
 
 
 def test_softmax_gradient_and_loss_as_numpy(kernels):
@@ -220,17 +236,19 @@ def test_softmax_gradient_and_loss_as_numpy(kernels):
         assert abs(float(got_loss) - want) <= 1e-6 * max(1.0, abs(want))
 
 
+@pytest.mark.parametrize("n", [N, 1])
 @pytest.mark.parametrize("kind", ["weight", "bias"])
-def test_update_renormalizes_the_gradient_as_numpy(kernels, kind):
+def test_update_renormalizes_the_gradient_as_numpy(kernels, kind, n):
     """NITI's update (niti/update.py) for an int8 weight and an int32 bias, over gradients
-    from 0 to 2^30 and every mu, so that the shift is 0 as often as it is large."""
+    from 0 to 2^30 and every mu, so that the shift is 0 as often as it is large; a parameter
+    of one element too (its shift inlined, PstoShift's rounding was lost: seed 203115)."""
     rng = np.random.default_rng(7)
     shifted = 0
     for _ in range(TRIALS):
-        grad, mu = _int32s(rng, (N,)), int(rng.integers(1, 8))
-        param = (rng.integers(-127, 128, N).astype(np.int8) if kind == "weight"
-                 else _int32s(rng, (N,)))
-        (got,) = kernels[f"update_{kind}"](param, grad, np.array([mu], np.float32))
+        grad, mu = _int32s(rng, (n,)), int(rng.integers(1, 8))
+        param = (rng.integers(-127, 128, n).astype(np.int8) if kind == "weight"
+                 else _int32s(rng, (n,)))
+        (got,) = kernels[f"update_{kind}_{n}"](param, grad, np.array([mu], np.float32))
         np.testing.assert_array_equal(got, niti_update(param, grad, mu))
         shifted += rounding.shift_for(grad, mu + (0 if kind == "weight" else 8)) > 0
     assert 0 < shifted < TRIALS

@@ -7,7 +7,7 @@ hand-written rules below, in reverse order. The spec it implements (docs/algorit
 
 - an activation or error is int8 with an exponent; the model input is quantized first;
 - conv2d / linear accumulate int8 x int8 in int64 (exact), the int32 bias aligned to the
-  accumulator's exponent is added, and the first consumer that is not a bias add reads the
+  accumulator's exponent is added (the sum made coarser where the bias would overflow), and the first consumer that is not a bias add reads the
   sum narrowed to int8 at a rescale site (the shift of the maximum's bit length - 7);
 - add of two int8 tensors: the aligned sum (niti/align.py), narrowed by its reader;
 - relu and max pooling (windows that tile) on int8; flatten / view as a reshape;
@@ -202,7 +202,8 @@ class NitiGraphReference:
                 total = conv2d(x[0], w.q, stride, padding, _groups(args))
             e = x[1] + w.e
             if isinstance(bias, Value):
-                total = align_bias(total, e, bias.q, bias.e)
+                total, coarser = align_bias(total, e, bias.q, bias.e)
+                e += coarser
             return Value(total=total, e=e)
         if op == aten.add.Tensor:
             (a, ea), (b, eb) = args[0].int8(), args[1].int8()

@@ -13,7 +13,7 @@ import itertools
 
 from tvm import te, tirx
 
-from ..niti.align import ALIGN_BITS
+from ..niti.align import ALIGN_BITS, BIAS_BITS
 from ..niti.loss import ERROR_SHIFT, GRAD_FRACTION_BITS, LOG2E_Q15, TOP_EXPONENT
 from ..niti.rescale import ADAPTIVE, COUNTDOWN, EXACT, EXPONENT, INTERVAL, REDUCTIONS, SHIFT, SKIPS
 from ..niti.rounding import LOWEST_BOUND_EXPONENT
@@ -211,19 +211,23 @@ def niti_align_concat(*rest, axis: int, acc: str):
 
 
 def niti_align_bias(total, *rest, acc: str):
-    """total (int32, channels on dimension 1; exponent the sum of the exponent tensors in
-    `rest` before the bias) + bias (int32 [C] at its exponent), aligned to total's."""
+    """(total + bias, how many bits coarser the sum is than total): total int32, channels on
+    dimension 1, its exponent the sum of the exponent tensors in `rest` before the bias; the
+    bias int32 [C] at its exponent (niti/align.py align_bias)."""
     parts, bias, eb = rest[:-2], rest[-2], rest[-1]
     e_total = exponent_sum(parts, "bias_e_total")
     gap = te.compute((), lambda: eb[0] - e_total[0], name="bias_gap")  # > 0: bias coarser
+    room = bitlen(max_abs(bias, "bias_max"), "bias_bits")
+    left = te.compute((), lambda: tirx.max(tirx.min(gap(), i32(BIAS_BITS) - room()), i32(0)),
+                      name="bias_left", attrs={KEEP_STAGE: 1})
+    coarser = te.compute((1,), lambda i: tirx.max(gap() - left(), i32(0)), name="bias_coarser")
 
     def added(*i):
         b = bias[i[1]].astype(I64)
-        aligned = tirx.Select(gap() >= i32(0), b << tirx.min(gap(), i32(ALIGN_BITS)).astype(I64),
-                              round_shift(b, -gap()))
-        return (total(*i).astype(I64) + aligned).astype(I32)
+        aligned = tirx.Select(gap() >= i32(0), b << left().astype(I64), round_shift(b, -gap()))
+        return (round_shift(total(*i).astype(I64), coarser[0]) + aligned).astype(I32)
 
-    return te.compute(total.shape, added, name="bias_add")
+    return [te.compute(total.shape, added, name="bias_add"), coarser]
 
 
 def niti_quantize(x, acc: str):
@@ -334,8 +338,11 @@ def niti_update(param, grad, mu):
     length = bitlen(big, "update_bits")
     weight = str(param.dtype) == "int8"
     offset = 0 if weight else BIAS_MU_OFFSET
+    # its own stage even for one element: inlined into PstoShift, TVM 0.27's simplifier
+    # drops the rounding term (the bias of a 1-channel conv rounded down, fuzz seed 203115)
     shift = te.compute((), lambda: tirx.max(
-        length() - mu[0].astype(I32) - i32(offset), i32(0)), name="update_shift")
+        length() - mu[0].astype(I32) - i32(offset), i32(0)), name="update_shift",
+        attrs={KEEP_STAGE: 1})
 
     def rule(*i):
         g = psto_shift(grad(*i).astype(I64), shift())

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .rounding import as_i64, round_shift
+from .rounding import as_i64, max_bitlen, round_shift
 
 ALIGN_BITS = 22  # the largest left shift of an aligned int8: two such terms stay in int32
+BIAS_BITS = 30  # a bias shifted left stays below 2^30: with an accumulator below 2^30, the
+# sum fits int32
 
 
 def aligned_sum(a, ea: int, b, eb: int) -> tuple[np.ndarray, int]:
@@ -20,13 +22,20 @@ def aligned_sum(a, ea: int, b, eb: int) -> tuple[np.ndarray, int]:
     return (as_i64(a) << left) + round_shift(b, ea - eb - left), ea - left
 
 
-def align_bias(total, exponent: int, bias, bias_exponent: int) -> np.ndarray:
-    """An accumulator (channels on axis 1) plus a bias [C] aligned to its exponent."""
+def align_bias(total, exponent: int, bias, bias_exponent: int) -> tuple[np.ndarray, int]:
+    """An accumulator (channels on axis 1) plus a bias [C]: (sum, how many bits coarser than
+    `exponent` the sum is). A finer bias is RoundShift'ed to the accumulator's exponent. A
+    coarser one is shifted left, but no further than keeps it below 2^BIAS_BITS; the rest of
+    the gap RoundShifts the accumulator up instead (a layer whose input came out all zero or
+    tiny, at a fine exponent, would otherwise wrap int32 or lose the bias's scale)."""
     gap = bias_exponent - exponent
-    b = as_i64(bias) << min(gap, ALIGN_BITS) if gap >= 0 else round_shift(bias, -gap)
     shape = [1] * total.ndim
     shape[1] = -1
-    return as_i64(total) + b.reshape(shape)
+    if gap <= 0:
+        return as_i64(total) + round_shift(bias, -gap).reshape(shape), 0
+    left = min(gap, max(BIAS_BITS - max_bitlen(bias), 0))
+    coarser = gap - left
+    return round_shift(total, coarser) + (as_i64(bias) << left).reshape(shape), coarser
 
 
 def aligned_concat(parts, axis: int) -> tuple[np.ndarray, int]:

@@ -69,8 +69,10 @@ def align_concat(parts, axis: int):
 
 def align_bias(total, exponents, bias, bias_exponent):
     """An int32 accumulator (its exponent the sum of `exponents`) plus an int32 bias with its
-    own exponent, broadcast over dimension 1, aligned to the accumulator's exponent."""
-    return fused_call("niti_align_bias", [total, *exponents, bias, bias_exponent], total.ty)
+    own exponent, broadcast over dimension 1 (niti/align.py align_bias): (the int32 sum, how
+    many bits coarser than the accumulator it is, a (1,) tensor to add to its exponents)."""
+    return fused_call("niti_align_bias", [total, *exponents, bias, bias_exponent],
+                      [total.ty, EXPONENT_TYPE])
 
 
 def int8_bound(e, value: int):

@@ -281,8 +281,13 @@ def package(unit):
         trainable=tm.trainable, programs={"train_step": unit.train, "predict": unit.predict},
         kernel_count=len(unit.library.kernels), frozen_in_flash=list(unit.frozen),
         aliases=tm.graph.aliases(), skipped_passes=dict(unit.skipped),
-        pages=sum(c.kernel == "ub_page_out" for c in unit.train.calls))
+        pages=paged_tensors(unit))
     write_manifest(unit.package)  # package.json: the project loads without this process
+
+
+def paged_tensors(unit) -> int:
+    """Tensors the step pages out: the trainer gives it storage when there are any."""
+    return sum(c.kernel == "ub_page_out" for c in unit.train.calls)
 
 
 def checked_optimizer(optimizer):

@@ -103,7 +103,8 @@ def package(unit):
         programs={"train_step": unit.train, "predict": unit.predict},
         kernel_count=len(unit.library.kernels), frozen_in_flash=list(unit.frozen),
         skipped_passes=dict(unit.skipped), config=r.optimizer,
-        integer_parameters=[s.name for s in tm.graph.state if s.is_parameter])
+        integer_parameters=[s.name for s in tm.graph.state if s.is_parameter],
+        pages=fp32.paged_tensors(unit))
     write_manifest(unit.package)  # package.json: the project loads without this process
 
 

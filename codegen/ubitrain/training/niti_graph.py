@@ -6,7 +6,7 @@ gives every float tensor an integer form:
 - an activation or error is int8 values with an int32 exponent of shape (1,): `Quantized`
   (value = q 2^e);
 - a conv or matmul gives an int32 accumulator whose exponent is the sum of its operands':
-  `Accumulator`. It stays int32 while a bias joins it (the bias aligned to its exponent) and
+  `Accumulator`. It stays int32 while a bias joins it (aligned: niti/align.py align_bias) and
   where it is a gradient (a weight's or a bias's: the optimizer renormalizes it); any other
   consumer reads it narrowed to int8 at a rescale site of its own (ops/niti.py `rescale`);
 - a weight is an int8 parameter, a bias an int32 one, each with an exponent parameter;
@@ -254,8 +254,9 @@ def _add(rw: _Rewriter, call, name):
         bias = b.var
         if len(_shape(bias)) != 1:
             bias = rw.emit(R.reshape(bias, (_shape(bias)[1],)))
-        return Accumulator(rw.emit(niti.align_bias(a.total, a.exponents, bias, b.e)),
-                           a.exponents)
+        out = rw.emit(niti.align_bias(a.total, a.exponents, bias, b.e))
+        return Accumulator(rw.emit(relax.TupleGetItem(out, 0)),
+                           [*a.exponents, rw.emit(relax.TupleGetItem(out, 1))])
     qa, qb = rw.quantized(a, name), rw.quantized(b, name)
     out = rw.emit(niti.align_add(qa.q, qa.e, qb.q, qb.e))
     return Accumulator(rw.emit(relax.TupleGetItem(out, 0)),
