@@ -7,8 +7,12 @@ hand-written rules below, in reverse order. The spec it implements (docs/algorit
 
 - an activation or error is int8 with an exponent; the model input is quantized first;
 - conv2d / linear accumulate int8 x int8 in int64 (exact), the int32 bias aligned to the
-  accumulator's exponent is added (the sum made coarser where the bias would overflow), and the first consumer that is not a bias add reads the
-  sum narrowed to int8 at a rescale site (the shift of the maximum's bit length - 7);
+  accumulator's exponent is added (the sum made coarser where the bias would overflow),
+  and the first consumer that is not a bias add reads the sum narrowed to int8 at a
+  rescale site (the shift of the maximum's bit length - 7);
+- BatchNorm in training: NITI's integer BatchNorm with batch statistics (niti/batch_norm.py),
+  gamma x_hat + beta an accumulator like a conv's; its running statistics (`running`) move
+  each step and serve predict;
 - add of two int8 tensors: the aligned sum (niti/align.py), narrowed by its reader;
 - relu and max pooling (windows that tile) on int8; flatten / view as a reshape;
 - average pooling (windows that tile; adaptive to sizes that divide the map; a mean over
@@ -27,12 +31,14 @@ does not matter.
 from __future__ import annotations
 
 import functools
+import operator
 
 import numpy as np
 import torch
 
 from ..errors import UnsupportedOpError
 from ..frontend.torch_export import export_module
+from ..niti import batch_norm as bn
 from ..niti.align import align_bias, aligned_concat, aligned_sum
 from ..niti.int_conv import conv2d, conv2d_input_grad, conv2d_weight_grad
 from ..niti.loss import cross_entropy, softmax_xent_grad
@@ -133,7 +139,15 @@ class NitiGraphReference:
         exported = export_module(model, (example_input,), training=True)
         self.graph = exported.graph
         self.names = dict(exported.graph_signature.inputs_to_parameters)  # placeholder -> name
+        self.buffers = dict(exported.graph_signature.inputs_to_buffers)
+        self.mutated = dict(exported.graph_signature.buffers_to_mutate)
         self.sites = Sites(mode, max_interval)
+        # an integer BatchNorm's running statistics, by module name: [mean, var, e_mean, e_var]
+        # (niti/batch_norm.py), set by the caller; training steps move them
+        self.running: dict[str, list] = {}
+        self.saved: dict[str, tuple] = {}  # a BatchNorm's (x_hat, (r, g), e_x), for its backward
+        self.training = True
+        self.momentum: float | None = None  # the BatchNorms' own, unless set
 
     def narrow(self, total, exponent: int, *key):
         return self.sites.narrow(total, exponent, key)
@@ -143,24 +157,49 @@ class NitiGraphReference:
         values, order = {}, []
         for node in self.graph.nodes:
             if node.op == "placeholder":
+                if node.name in self.buffers:  # BatchNorm's statistics: self.running
+                    continue
                 if node.name in self.names:
                     q, e = params[self.names[node.name]]
                 else:
                     q, e = quantize(x)
                 values[node] = Value(as_i64(q), e)
             elif node.op == "call_function":
+                if node.target == operator.getitem:  # a BatchNorm's output or statistics
+                    if node.args[1] == 0:
+                        values[node] = values[node.args[0]]
+                        order.append(node)
+                    continue
+                if any(a.op == "placeholder" and a.name in self.buffers for a in node.args
+                       if isinstance(a, torch.fx.Node)) and node.target == aten.add.Tensor:
+                    continue  # num_batches_tracked + 1
                 values[node] = value = self.forward_op(node, values)
                 value.narrow = functools.partial(self.sites.narrow, key=("out", node.name),
                                                  mode=mode)
                 order.append(node)
             elif node.op == "output":
                 out = node.args[0]
-                logits = out[0] if isinstance(out, (list, tuple)) else out
+                # the outputs after the running statistics the step moves
+                logits = out[len(self.mutated)] if isinstance(out, (list, tuple)) else out
         return values, order, logits
 
     def predict(self, x, params) -> np.ndarray:
-        values, _, logits = self.forward(x, params, EXACT)
+        self.training = False
+        try:
+            values, _, logits = self.forward(x, params, EXACT)
+        finally:
+            self.training = True
         return dequantize(*values[logits].int8())
+
+    def recalibrate(self, inputs, params):
+        """The BatchNorms' running statistics again from forwards on `inputs` (batches
+        of x) with the parameters as they are: their cumulative average."""
+        try:
+            for k, x in enumerate(inputs):
+                self.momentum = 1.0 / (k + 1)
+                self.forward(x, params, EXACT)
+        finally:
+            self.momentum = None
 
     def step(self, x, labels, params: dict[str, tuple[np.ndarray, int]]):
         values, order, logits = self.forward(x, params)
@@ -205,6 +244,8 @@ class NitiGraphReference:
                 total, coarser = align_bias(total, e, bias.q, bias.e)
                 e += coarser
             return Value(total=total, e=e)
+        if op == aten._native_batch_norm_legit_functional.default:
+            return self._batch_norm(node, args)
         if op == aten.add.Tensor:
             (a, ea), (b, eb) = args[0].int8(), args[1].int8()
             total, e = aligned_sum(a, ea, b, eb)
@@ -231,6 +272,26 @@ class NitiGraphReference:
             return Value(q.reshape(tuple(node.meta["val"].shape)), e)
         raise UnsupportedOpError(f"the NITI reference has no rule for {op}")
 
+    def _batch_norm(self, node, args):
+        """Integer BatchNorm (niti/batch_norm.py): y = gamma x_hat + beta, an accumulator."""
+        q, e = args[0].int8()
+        gamma, beta = args[1], args[2]
+        owner = self.names[node.args[1].name].rpartition(".")[0]
+        running = self.running[owner]
+        if self.training:
+            x_hat, r = bn.normalize(q)
+            self.saved[node.name] = (x_hat, r, e)
+            momentum = node.args[6] if self.momentum is None else self.momentum
+            running[:2] = bn.update_running(*running, q, e, momentum)
+        else:
+            x_hat = bn.normalize_running(q, e, *running)
+        shape = [1] * q.ndim
+        shape[1] = -1
+        total = x_hat * as_i64(gamma.q).reshape(shape)
+        e_total = gamma.e - bn.F
+        total, coarser = align_bias(total, e_total, beta.q, beta.e)
+        return Value(total=total, e=e_total + coarser)
+
     # ---- backward: [(input node, (error or gradient, exponent))] ----------------------------
     def backward(self, node, values, err, ee) -> list:
         """Each input's share of the error, in the order of the inputs (a node read twice,
@@ -247,6 +308,22 @@ class NitiGraphReference:
     def _backward_one(self, node, values, err, ee) -> dict:
         op, args = node.target, node.args
         out = {}
+        if op == operator.getitem:
+            return {args[0]: (err, ee)}
+        if op == aten._native_batch_norm_legit_functional.default:
+            x_hat, r, e_x = self.saved[node.name]
+            gamma = values[args[1]]
+            axes = (0,) + tuple(range(2, err.ndim))
+            shape = [1] * err.ndim
+            shape[1] = -1
+            out[args[1]] = ((as_i64(err) * x_hat).sum(axis=axes), ee - bn.F)
+            out[args[2]] = (as_i64(err).sum(axis=axes), ee)
+            d_hat, e_hat = self.narrow(as_i64(err) * gamma.q.reshape(shape), ee + gamma.e,
+                                       "x_hat error", node.name)
+            dx, e_dx = bn.normalize_backward(d_hat, x_hat, r, e_x, e_hat)
+            if args[0].op == "call_function":
+                out[args[0]] = self.narrow(dx, e_dx, "error", node.name)
+            return out
         if op in (aten.conv2d.default, aten.linear.default):
             x, w = values[args[0]], values[args[1]]
             xq, xe = x.int8()

@@ -19,9 +19,11 @@ from tvm import relax
 
 from ..errors import UnsupportedOpError
 from ..frontend.forward import StateTensor
+from ..niti import batch_norm
 from ..niti.quantize import quantize, quantize_weight
 from ..niti.rescale import EXACT, SITE_FIELDS
 from ..niti.update import BIAS_FRACTION_BITS
+from .batch_norm_folding import BATCH_NORMS
 from .graph import TrainingModule
 from .niti_graph import Parameter, rewrite_step
 
@@ -63,34 +65,63 @@ def _onnx_input_exponents(model, example_input: torch.Tensor) -> dict[str, int]:
             if node.op_type in ("Conv", "Gemm") and len(node.input) > 2 and node.input[2]}
 
 
-def integer_state(model, example_input, tm: TrainingModule) -> dict[str, tuple[np.ndarray, int]]:
-    """{parameter name: (int8 weight or int32 bias, exponent)}."""
-    floats = {s.name: s.value for s in tm.graph.state if s.is_parameter}
-    ints = {n: quantize_weight(n, v) for n, v in floats.items() if v.ndim > 1}
+def integer_state(model, example_input, floats: dict[str, np.ndarray]
+                  ) -> dict[str, tuple[np.ndarray, int]]:
+    """{parameter name: (int8 weight or int32 bias, exponent)} of the float parameters
+    `floats`. A BatchNorm's weight (gamma) is an int8 weight too, its bias (beta) an int32
+    bias at gamma's exponent - F (niti/batch_norm.py) - BIAS_FRACTION_BITS."""
+    norms = _batch_norm_owners(model)
+    ints = {n: quantize_weight(n, v) for n, v in floats.items()
+            if v.ndim > 1 or n.rpartition(".")[0] in norms and n.endswith(".weight")}
     inputs = None
     for name, value in floats.items():
-        if value.ndim > 1:
+        if name in ints:
             continue
         owner, _, leaf = name.rpartition(".")
         weight = f"{owner}.weight" if owner else "weight"
         if leaf != "bias" or weight not in ints:
             raise UnsupportedOpError(f"precision='int8': parameter {name} is a vector that "
                                      "is no layer's bias; NITI has no integer form for it")
-        if inputs is None:
-            inputs = _input_exponents(model, example_input) \
-                if isinstance(model, torch.nn.Module) else \
-                _onnx_input_exponents(model, example_input)
-        if owner not in inputs:
-            raise UnsupportedOpError(f"precision='int8': bias {name} is not read by the conv, "
-                                     "Gemm or MatMul of its weight; NITI has no integer form "
-                                     "for it")
-        e = ints[weight][1] + inputs[owner] - BIAS_FRACTION_BITS
+        if owner in norms:
+            e = ints[weight][1] - batch_norm.F - BIAS_FRACTION_BITS
+        else:
+            if inputs is None:
+                inputs = _input_exponents(model, example_input) \
+                    if isinstance(model, torch.nn.Module) else \
+                    _onnx_input_exponents(model, example_input)
+            if owner not in inputs:
+                raise UnsupportedOpError(f"precision='int8': bias {name} is not read by the "
+                                         "conv, Gemm or MatMul of its weight; NITI has no "
+                                         "integer form for it")
+            e = ints[weight][1] + inputs[owner] - BIAS_FRACTION_BITS
         b = np.rint(value.astype(np.float64) * 2.0 ** -e)
         if np.abs(b).max(initial=0) > INT32_LIMIT:
             raise UnsupportedOpError(f"precision='int8': bias {name} is too large for int32 "
                                      f"at its layer's scale 2^{e}")
         ints[name] = (b.astype(np.int32), e)
     return ints
+
+
+def _batch_norm_owners(model) -> set[str]:
+    if not isinstance(model, torch.nn.Module):
+        return set()
+    return {n for n, m in model.named_modules() if isinstance(m, BATCH_NORMS)}
+
+
+def running_statistics(model: torch.nn.Module, example_input) -> dict[str, list]:
+    """An integer BatchNorm's running statistics, by module name: [mean, var, e_mean, e_var]
+    (niti/batch_norm.py), the module's float ones at exponents BIAS_FRACTION_BITS below its
+    input's on the example batch (the variance's below twice the input's)."""
+    inputs = _input_exponents(model, example_input)
+    out = {}
+    for name, m in model.named_modules():
+        if isinstance(m, BATCH_NORMS):
+            e_mean = inputs[name] - BIAS_FRACTION_BITS
+            e_var = 2 * inputs[name] - BIAS_FRACTION_BITS
+            out[name] = [np.rint(m.running_mean.double().numpy() * 2.0 ** -e_mean).astype(np.int64),
+                         np.rint(m.running_var.double().numpy() * 2.0 ** -e_var).astype(np.int64),
+                         e_mean, e_var]
+    return out
 
 
 def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
@@ -105,7 +136,8 @@ def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
         ("random masks (Dropout)", bool(tm.graph.random_masks))) if bad]
     if refused:
         raise UnsupportedOpError(f"precision='int8' does not train {'; '.join(refused)} yet")
-    ints = integer_state(model, example_input, tm)
+    ints = integer_state(model, example_input,
+                         {s.name: s.value for s in tm.graph.state if s.is_parameter})
 
     def parameters(graph) -> dict[str, Parameter]:
         out = {}
