@@ -8,6 +8,7 @@ builds it, ctypes calls it."""
 from __future__ import annotations
 
 import ctypes
+import math
 import shutil
 import subprocess
 
@@ -16,8 +17,8 @@ import pytest
 from tvm import te
 
 from ubitrain.kernels.library import KernelLibrary
-from ubitrain.lowering import niti_kernels
-from ubitrain.niti import align, loss, quantize, rounding
+from ubitrain.lowering import niti_batch_norm_kernels, niti_kernels
+from ubitrain.niti import align, batch_norm, loss, quantize, rounding
 from ubitrain.niti.rescale import ADAPTIVE, EXACT_COUNTED, EXPONENT, site_shift
 from ubitrain.niti.update import niti_update
 from ubitrain.project.emit import RUNTIME_C
@@ -54,6 +55,15 @@ CASES = {  # name -> (kernel, input (shape, dtype)s, attributes)
     **{f"update_{kind}_{n}": (niti_kernels.niti_update,
                               [((n,), dtype), ((n,), "int32"), ((1,), "float32")], {})
        for kind, dtype in (("weight", "int8"), ("bias", "int32")) for n in (N, 1)},
+    "batch_norm_train": (niti_batch_norm_kernels.niti_batch_norm_train,
+                         [((4, 3, 5, 6), "int8"), ((3,), "int32"), ((3,), "int32"),
+                          ((1,), "int32"), ((1,), "int32"), ((1,), "int32")],
+                         {"momentum": 0.1}),
+    "batch_norm_backward": (niti_batch_norm_kernels.niti_batch_norm_backward,
+                            [((4, 3, 5, 6), "int8"), ((4, 3, 5, 6), "int8"), ((3,), "int64"),
+                             ((3,), "int32")], {}),
+    "root": (lambda v, acc: list(niti_batch_norm_kernels.root(v, "root")),
+             [((186,), "int64")], {}),
     "softmax_xent": (niti_kernels.niti_softmax_xent,
                      [((BATCH, CLASSES), "int8"), ((1,), "int32"), ((BATCH,), "int32")], {}),
 }
@@ -252,3 +262,52 @@ def test_update_renormalizes_the_gradient_as_numpy(kernels, kind, n):
         np.testing.assert_array_equal(got, niti_update(param, grad, mu))
         shifted += rounding.shift_for(grad, mu + (0 if kind == "weight" else 8)) > 0
     assert 0 < shifted < TRIALS
+
+
+def test_batch_norm_normalizes_and_moves_its_statistics_as_numpy(kernels):
+    """NITI's integer BatchNorm (niti/batch_norm.py): x_hat, the square root (integer Newton
+    against math.isqrt) and the running statistics, over spreads from a constant channel to
+    the whole int8 range and exponents far apart."""
+    rng = np.random.default_rng(8)
+    for _ in range(TRIALS):
+        spread = int(rng.integers(0, 128))
+        q = rng.integers(-spread, spread + 1, (4, 3, 5, 6)).astype(np.int8)
+        e = _exponent(rng, -12, 4)
+        e_mean, e_var = e - int(rng.integers(0, 12)), 2 * e - int(rng.integers(0, 12))
+        mean, var = _int32s(rng, (3,)) >> 8, np.abs(_int32s(rng, (3,))) >> 8
+        x_hat, r, g, new_mean, new_var = kernels["batch_norm_train"](
+            q, mean, var, e, e_mean, e_var)
+        want_x, (want_r, want_g) = batch_norm.normalize(q)
+        np.testing.assert_array_equal(x_hat, want_x)
+        np.testing.assert_array_equal(r, want_r)
+        np.testing.assert_array_equal(g, want_g)
+        want_mean, want_var = batch_norm.update_running(
+            mean, var, int(e_mean[0]), int(e_var[0]), q, int(e[0]), 0.1)
+        np.testing.assert_array_equal(new_mean, want_mean)
+        np.testing.assert_array_equal(new_var, want_var)
+
+
+def test_batch_norm_backward_as_numpy(kernels):
+    rng = np.random.default_rng(9)
+    for _ in range(TRIALS):
+        spread = int(rng.integers(0, 128))
+        q = rng.integers(-spread, spread + 1, (4, 3, 5, 6)).astype(np.int8)
+        x_hat, (r, g) = batch_norm.normalize(q)
+        d_hat = rng.integers(-127, 128, q.shape).astype(np.int8)
+        (dx,) = kernels["batch_norm_backward"](d_hat, x_hat, r, g.astype(np.int32))
+        want, _ = batch_norm.normalize_backward(d_hat, x_hat, (r, g), 0, 0)
+        np.testing.assert_array_equal(dx, want)
+
+
+def test_the_square_root_is_the_floor_at_every_bit_length(kernels):
+    """Perfect squares, one below and above, and random values of every length to 2^62."""
+    rng = np.random.default_rng(10)
+    values = []
+    for bits in range(1, 63):
+        k = int(rng.integers(1 << (bits - 1), 1 << bits))
+        values += [k, max(math.isqrt(k) ** 2 - 1, 0), math.isqrt(k) ** 2]
+    r, g = kernels["root"](np.array(values, np.int64))
+    assert all(int(x) == math.isqrt(int(v) << (2 * int(s))) for x, v, s in zip(r, values, g))
+    want_r, want_g = batch_norm.root(np.array(values, np.int64))
+    np.testing.assert_array_equal(r, want_r)
+    np.testing.assert_array_equal(g, want_g)

@@ -35,6 +35,7 @@ from .rounding import as_i64, bitlen, clip8, round_shift
 F = 5  # x_hat's fraction bits: int8 x_hat spans +-3.97 standard deviations
 ROOT_BITS = 8  # fraction bits of the square root: isqrt's floor costs at most 2^-8 / r
 MOMENTUM_BITS = 16
+INT32_LIMIT = 2**31 - 1  # the running statistics and dx are int32, saturated
 
 
 def round_div(a, b) -> np.ndarray:
@@ -83,7 +84,7 @@ def normalize(q) -> tuple[np.ndarray, tuple]:
     n, s1, v = statistics(q)
     r, g = root(v)
     centered = (n * as_i64(q) - _per_channel(s1, q)) << _per_channel(F + g, q)
-    return clip8(round_div(centered, _per_channel(r, q))), (r, g)
+    return clip8(round_div(centered, _per_channel(r, q))).astype(np.int8), (r, g)
 
 
 def normalize_backward(dx_hat, x_hat, root_g, x_exponent: int, error_exponent: int):
@@ -94,8 +95,9 @@ def normalize_backward(dx_hat, x_hat, root_g, x_exponent: int, error_exponent: i
     m1 = _per_channel(_channels_last(d).sum(axis=1), d)
     m2 = _per_channel((_channels_last(d) * _channels_last(x)).sum(axis=1), d)
     t = ((n * d - m1) << (2 * F)) - x * m2
-    return (round_div(t << _per_channel(g, d), _per_channel(r, d)),
-            error_exponent - 2 * F - x_exponent)
+    dx = np.clip(round_div(t << _per_channel(g, d), _per_channel(r, d)), -INT32_LIMIT,
+                 INT32_LIMIT)
+    return dx, error_exponent - 2 * F - x_exponent
 
 
 def _ratio_at(a, exponent: int, b: int, target: int) -> np.ndarray:
@@ -113,7 +115,8 @@ def update_running(mean, var, mean_exponent: int, var_exponent: int, q, e: int,
     unbiased = _ratio_at(v, 2 * e, n * max(n - 1, 1), var_exponent)
     mean = as_i64(mean) + round_shift((batch_mean - as_i64(mean)) * m, MOMENTUM_BITS)
     var = as_i64(var) + round_shift((unbiased - as_i64(var)) * m, MOMENTUM_BITS)
-    return mean, var
+    return (np.clip(mean, -INT32_LIMIT, INT32_LIMIT).astype(np.int32),
+            np.clip(var, -INT32_LIMIT, INT32_LIMIT).astype(np.int32))
 
 
 def normalize_running(q, e: int, mean, var, mean_exponent: int, var_exponent: int):
@@ -122,4 +125,4 @@ def normalize_running(q, e: int, mean, var, mean_exponent: int, var_exponent: in
     d = (as_i64(q) << (e - common)) - _per_channel(as_i64(mean) << (mean_exponent - common), q)
     k = var_exponent - 2 * common  # the variance in units of 2^(2 common)
     r, g = root(np.maximum(round_shift(var, -k), 0))
-    return clip8(round_div(d << _per_channel(F + g, q), _per_channel(r, q)))
+    return clip8(round_div(d << _per_channel(F + g, q), _per_channel(r, q))).astype(np.int8)
