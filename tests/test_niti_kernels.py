@@ -62,6 +62,9 @@ CASES = {  # name -> (kernel, input (shape, dtype)s, attributes)
     "batch_norm_backward": (niti_batch_norm_kernels.niti_batch_norm_backward,
                             [((4, 3, 5, 6), "int8"), ((4, 3, 5, 6), "int8"), ((3,), "int64"),
                              ((3,), "int32")], {}),
+    "batch_norm_eval": (niti_batch_norm_kernels.niti_batch_norm_eval,
+                        [((4, 3, 5, 6), "int8"), ((1,), "int32"), ((3,), "int32"),
+                         ((3,), "int32"), ((1,), "int32"), ((1,), "int32")], {}),
     "root": (lambda v, acc: list(niti_batch_norm_kernels.root(v, "root")),
              [((186,), "int64")], {}),
     "softmax_xent": (niti_kernels.niti_softmax_xent,
@@ -311,3 +314,17 @@ def test_the_square_root_is_the_floor_at_every_bit_length(kernels):
     want_r, want_g = batch_norm.root(np.array(values, np.int64))
     np.testing.assert_array_equal(r, want_r)
     np.testing.assert_array_equal(g, want_g)
+
+
+def test_batch_norm_evaluates_with_the_running_statistics_as_numpy(kernels):
+    rng = np.random.default_rng(11)
+    for _ in range(TRIALS):
+        spread = int(rng.integers(0, 128))
+        q = rng.integers(-spread, spread + 1, (4, 3, 5, 6)).astype(np.int8)
+        e = _exponent(rng, -12, 4)
+        e_mean, e_var = e - int(rng.integers(-4, 12)), 2 * e - int(rng.integers(-4, 12))
+        mean, var = _int32s(rng, (3,)) >> 8, np.abs(_int32s(rng, (3,))) >> 8
+        (x_hat,) = kernels["batch_norm_eval"](q, e, mean, var, e_mean, e_var)
+        want = batch_norm.normalize_running(q, int(e[0]), mean, var, int(e_mean[0]),
+                                            int(e_var[0]))
+        np.testing.assert_array_equal(x_hat, want)

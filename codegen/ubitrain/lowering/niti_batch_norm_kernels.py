@@ -142,3 +142,36 @@ def niti_batch_norm_backward(d_hat, x_hat, r, g, acc: str):
         return _saturated(round_div(t << g[c].astype(I64), r[c]))
 
     return te.compute(d_hat.shape, dx, name="bnb_dx")
+
+
+def niti_batch_norm_eval(q, e, mean, var, e_mean, e_var, acc: str):
+    """x_hat (int8 at -F) of int8 q at e[0] with the running statistics (int32 [C] at
+    e_mean[0], e_var[0]): (q - mean) over the square root of var, both at the finer of the
+    two exponents."""
+    common = te.compute((1,), lambda i: tirx.min(e[0], e_mean[0]), name="bne_common",
+                        attrs={KEEP_STAGE: 1})
+    k = te.compute((1,), lambda i: e_var[0] - i32(2) * common[0], name="bne_k",
+                   attrs={KEEP_STAGE: 1})
+    units = te.compute(var.shape, lambda c: tirx.max(_round_shift_var(
+        var[c].astype(I64), k[0]), i64(0)), name="bne_var", attrs={KEEP_STAGE: 1})
+    r, g = root(units, "bne_root")
+
+    def normalized(*i):
+        c = i[1]
+        d = (q(*i).astype(I64) << (e[0] - common[0]).astype(I64)) \
+            - (mean[c].astype(I64) << (e_mean[0] - common[0]).astype(I64))
+        return clip8(round_div(d << (i64(F) + g[c].astype(I64)), r[c])).astype("int8")
+
+    return te.compute(q.shape, normalized, name="bne_x_hat")
+
+
+def _round_shift_var(a, k):
+    """a 2^k at integer exponent 0: a left shift for k >= 0, else RoundShift by -k."""
+    neg, mag = _sign_mag(a)
+    s = (-k).astype(I64)
+    down = _signed(neg, (mag + (i64(1) << tirx.max(s - i64(1), i64(0)))) >> tirx.max(s, i64(0)))
+    return tirx.Select(k >= i32(0), a << tirx.max(k.astype(I64), i64(0)), down)
+
+
+BATCH_NORM_KERNELS = {f.__name__: f for f in (
+    niti_batch_norm_train, niti_batch_norm_backward, niti_batch_norm_eval)}
