@@ -9,7 +9,9 @@ Models (ubitrain.zoo): "residual" is DigitsResidualCNN (biases, BatchNorm, a dep
 in a residual block, a pointwise conv); "bias_free" is DigitsCNNNiti (the demo's CNN without
 BatchNorm and biases). fp32: SGD (lr 0.05, momentum 0.9, weight decay 1e-4), BatchNorm
 trained with batch statistics. int8: the step derived from the float graph
-(pipeline/int8.py), each BatchNorm folded into its conv with its running statistics,
+(pipeline/int8.py), each BatchNorm folded into its conv with its running statistics (and,
+"int8_batch_norm", NITI(batch_norm="integer"): NITI's integer BatchNorm with batch
+statistics instead),
 NITI's update with mu 5, 4, 3 over the thirds of training (--mu); counted (every shift reduced)
 and adaptive rescaling. "fp32_folded" (nets with BatchNorm): the int8 run's network, each
 BatchNorm folded into its conv at the start, trained in fp32: what folding alone costs.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -58,9 +61,12 @@ def run(model_name: str, epochs: int, seed: int, mu, work: Path) -> dict:
                             optimizer=ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4),
                             out_dir=work / f"{model_name}_fp32_folded", progress=False)
         out["fp32_folded"] = train_and_score("fp32 folded", folded, *data)["accuracy"]
-    for key, adaptive in (("int8", False), ("int8_adaptive", True)):
-        pkg = int8_package(copy.deepcopy(model), x0, y0, niti_config(total, adaptive, mu),
-                           work / f"{model_name}_{key}")
+    runs = [("int8", False, "fold"), ("int8_adaptive", True, "fold")]
+    if batch_norms(model):  # NITI's integer BatchNorm with batch statistics instead
+        runs.append(("int8_batch_norm", False, "integer"))
+    for key, adaptive, norm in runs:
+        config = dataclasses.replace(niti_config(total, adaptive, mu), batch_norm=norm)
+        pkg = int8_package(copy.deepcopy(model), x0, y0, config, work / f"{model_name}_{key}")
         out[key] = train_and_score(key, pkg, *data)["accuracy"]
     return out
 

@@ -28,6 +28,14 @@ def test_the_compiled_int8_step_trains_as_the_numpy_reference(make, rescaling, t
     assert_trains_as_reference(make, rescaling, "host", tmp_path)
 
 
+@pytest.mark.parametrize("rescaling", ["counted", "adaptive"])
+def test_an_integer_batch_norm_trains_as_the_numpy_reference(rescaling, tmp_path):
+    """NITI(batch_norm="integer"): the three BatchNorms with batch statistics
+    (niti/batch_norm.py), not folded; their running statistics after every step and predict
+    with them, bit for bit too."""
+    assert_trains_as_reference(MODELS[4], rescaling, "host", tmp_path, batch_norm="integer")
+
+
 @pytest.mark.parametrize("target", CROSS)
 def test_on_every_cross_target_too(target, tmp_path):
     """The same C built by the target's cross compiler and run under QEMU, its count of
@@ -37,12 +45,14 @@ def test_on_every_cross_target_too(target, tmp_path):
     assert_trains_as_reference(MODELS[4], "adaptive", target, tmp_path, first_step=1)
 
 
-def assert_trains_as_reference(make, rescaling, target, tmp_path, first_step=0):
+def assert_trains_as_reference(make, rescaling, target, tmp_path, first_step=0,
+                               batch_norm="fold"):
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
     model, batches = make(), int8_batches(STEPS)
     config = ub.NITI(mu=(5, 4), milestones=(2,),  # the schedule changes inside the run
-                     adaptive_rescale=rescaling == "adaptive", max_interval=4)
+                     adaptive_rescale=rescaling == "adaptive", max_interval=4,
+                     batch_norm=batch_norm)
     pkg = ub.compile(model, (batches[0][0],), batches[0][1], precision="int8",
                      optimizer=config, target=target, out_dir=tmp_path / "net", progress=False)
     trainer = pkg.build()

@@ -16,7 +16,7 @@ import torch
 
 from ..niti.rescale import ADAPTIVE, EXACT_COUNTED, SKIPS
 from ..niti.update import niti_update
-from ..training.batch_norm_folding import fold_batch_norms
+from ..training.batch_norm_folding import batch_norms, fold_batch_norms
 from .niti_reference import NitiGraphReference
 
 LOSS_TOLERANCE = 1e-6  # the loss is float maths on both sides (log-sum-exp), not integers
@@ -34,10 +34,21 @@ def compare_with_reference(trainer, model, batches, config,
     """Train `trainer` (an int8 compile of `model` with its rescale sites fresh, `first_step`
     steps done) on `batches` of (x, labels) beside the reference with `config` (ub.NITI),
     from the trainer's parameters; stop at the first step that differs."""
-    model = fold_batch_norms(model)  # what the compile trains
+    integer_norms = getattr(config, "batch_norm", "fold") == "integer"
+    if not integer_norms:
+        model = fold_batch_norms(model)  # what the compile trains
     mode = ADAPTIVE if config.adaptive_rescale else EXACT_COUNTED
     example = torch.as_tensor(np.asarray(batches[0][0]))
     reference = NitiGraphReference(model, example, mode, config.max_interval)
+    norms = batch_norms(model) if integer_norms else []
+    statistics = [f"{owner}.{s}" for owner in norms for s in ("running_mean", "running_var")]
+    if norms:  # the integer BatchNorms' running statistics, from the trainer's
+        held = trainer.int8_state()
+        reference.running = {owner: [held[f"{owner}.running_mean"].astype(np.int64),
+                                     held[f"{owner}.running_var"].astype(np.int64),
+                                     int(held[f"{owner}.running_mean.exponent"][0]),
+                                     int(held[f"{owner}.running_var.exponent"][0])]
+                             for owner in norms}
     state = trainer.int8_parameters()
     names = [n for n, _ in model.named_parameters()]
     trained = set(trainer.package.trainable)  # a frozen parameter keeps its values
@@ -53,6 +64,12 @@ def compare_with_reference(trainer, model, batches, config,
         out.differences += [f"step {step}: {n} differs in {int((got[n] != params[n][0]).sum())}"
                             f" of {got[n].size} elements" for n in names
                             if not np.array_equal(got[n], params[n][0])]
+        if statistics:
+            held = trainer.int8_state()
+            want = {f"{o}.{s}": v for o, r in reference.running.items()
+                    for s, v in zip(("running_mean", "running_var"), r)}
+            out.differences += [f"step {step}: {n} differs" for n in statistics
+                                if not np.array_equal(held[n], want[n])]
         if abs(loss - want_loss) > LOSS_TOLERANCE * abs(want_loss):
             out.differences.append(f"step {step}: loss {loss} against {want_loss}")
         if out.differences:

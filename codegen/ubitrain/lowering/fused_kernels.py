@@ -21,6 +21,7 @@ from .batch_norm_kernels import batch_norm_apply, batch_norm_stats, batch_norm_t
 from .cross_entropy_kernels import softmax_cross_entropy, softmax_cross_entropy_backward
 from .embedding_kernels import embedding, legalize_embedding_backward
 from .layer_norm_kernels import layer_norm, layer_norm_backward
+from .niti_batch_norm_kernels import BATCH_NORM_KERNELS
 from .niti_kernels import NITI_KERNELS
 from .take_kernels import take, take_backward
 
@@ -60,6 +61,7 @@ FUSED_KERNELS = {
         adaptive.adaptive_max_pool2d, adaptive.adaptive_max_pool2d_backward, elu, elu_backward,
         embedding, take, take_backward)},
     **{name: _one_kernel(f) for name, f in NITI_KERNELS.items()},
+    **{name: _one_kernel(f) for name, f in BATCH_NORM_KERNELS.items()},
 }
 
 

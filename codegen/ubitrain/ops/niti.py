@@ -85,3 +85,29 @@ def softmax_xent_grad(logits, e, labels):
     exponent 0, the float loss of the dequantized logits)."""
     return fused_call("niti_softmax_xent", [logits, e, labels],
                       [_int8_like(logits), relax.TensorType((), "float32")])
+
+
+def _vector(x, dtype: str) -> relax.TensorType:
+    return relax.TensorType((int(x.ty.shape[1]),), dtype)
+
+
+def batch_norm_train(q, e, mean, var, e_mean, e_var, momentum: float):
+    """NITI's integer BatchNorm on int8 q at exponent e, with batch statistics
+    (niti/batch_norm.py): (x_hat int8 at exponent -F, r int64 [C], g int32 [C], the running
+    mean and variance moved, int32 [C] at their exponents e_mean and e_var)."""
+    return fused_call("niti_batch_norm_train", [q, mean, var, e, e_mean, e_var],
+                      [_int8_like(q), _vector(q, "int64"), _vector(q, "int32"),
+                       mean.ty, var.ty], momentum=float(momentum))
+
+
+def batch_norm_backward(d_hat, x_hat, r, g):
+    """The error of a BatchNorm's input (int32, at d_hat's exponent - 2F - the input's) from
+    the error of its x_hat and the forward's x_hat, r and g."""
+    shape = tuple(int(d) for d in d_hat.ty.shape)
+    return fused_call("niti_batch_norm_backward", [d_hat, x_hat, r, g],
+                      relax.TensorType(shape, "int32"))
+
+
+def batch_norm_eval(q, e, mean, var, e_mean, e_var):
+    """x_hat (int8 at -F) of int8 q at e with the running statistics (evaluation)."""
+    return fused_call("niti_batch_norm_eval", [q, e, mean, var, e_mean, e_var], _int8_like(q))

@@ -51,14 +51,14 @@ from .steps import Pipeline, Rewrite, Step
 
 def fold_batch_norm(unit):
     r = unit.request
-    if isinstance(r.model, torch.nn.Module):
+    if isinstance(r.model, torch.nn.Module) and r.optimizer.batch_norm == "fold":
         unit.request = dataclasses.replace(r, model=fold_batch_norms(r.model))
 
 
 def integer_ops(unit):
     r = unit.request
     if isinstance(r.model, torch.nn.Module):
-        check_integer_ops(r.model, r.example_inputs)
+        check_integer_ops(r.model, r.example_inputs, r.optimizer.batch_norm == "integer")
 
 
 def niti_graph(unit):

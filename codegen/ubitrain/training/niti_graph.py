@@ -31,6 +31,7 @@ from tvm import relax
 from tvm.relax import op as R
 
 from ..errors import UnsupportedOpError
+from ..niti import batch_norm as bn
 from ..niti.pooling import AVERAGE_BITS, reciprocal
 from ..niti.rescale import EXACT
 from ..ops import niti
@@ -56,8 +57,8 @@ class Accumulator:
 @dataclass
 class Parameter:
     name: str
-    var: relax.Var  # int8 (a weight) or int32 (a bias)
-    e: relax.Var
+    var: relax.Var  # int8 (a weight) or int32 (a bias, a BatchNorm's running statistic)
+    e: relax.Var | None  # None: a count (BatchNorm's num_batches_tracked), no exponent
 
 
 @dataclass
@@ -65,6 +66,16 @@ class ZeroGradient:
     """A parameter's adjoint that Relax knows to be zero (its layer reads only padding)."""
 
     shape: tuple[int, ...]
+
+
+@dataclass
+class BatchNormSaved:
+    """What an integer BatchNorm's backward reads from its forward (niti/batch_norm.py)."""
+
+    x_hat: relax.Expr  # int8 at exponent -F
+    r: relax.Expr  # int64 [C]
+    g: relax.Expr  # int32 [C]
+    x_e: relax.Expr  # the input's exponent
 
 
 @dataclass
@@ -80,12 +91,18 @@ def _dtype(expr) -> str:
     return str(expr.ty.dtype)
 
 
+def _moved(value):
+    """A buffer's new value as the step returns it (a count is kept as a Parameter)."""
+    return value.var if isinstance(value, Parameter) else value
+
+
 class _Rewriter:
     def __init__(self, func: relax.Function, mode: int, max_interval: int):
         self.func, self.mode, self.max_interval = func, mode, max_interval
         self.bb = relax.BlockBuilder()
         self.env: dict = {}  # float var -> its integer form
         self.narrowed: dict[int, Quantized] = {}  # id(Accumulator) -> its int8 form
+        self.kept: list = []  # each narrowed Accumulator, alive: its id is not reused
         self.sites: list[tuple[str, relax.Var]] = []
         self.new_sites: list[relax.Expr] = []
         self.zero_exponent = relax.const(np.zeros(1, np.int32))
@@ -100,6 +117,7 @@ class _Rewriter:
             return value
         if isinstance(value, Accumulator):
             if id(value) not in self.narrowed:
+                self.kept.append(value)
                 if value.view is not None:  # one site for the sum and its reshapes
                     origin, make = value.view
                     q = self.quantized(origin, where)
@@ -139,12 +157,10 @@ class _Rewriter:
         fields = body.fields if isinstance(body, relax.Tuple) else None
         if fields is None:
             raise UnsupportedOpError("precision='int8': the step's outputs are not a tuple")
-        first = fields[0]
-        if isinstance(first, relax.Tuple):
-            if len(first.fields) > 1:
-                raise UnsupportedOpError("precision='int8': a model with buffers that training "
-                                         "updates (BatchNorm's running statistics)")
-            first = first.fields[0]
+        first, buffers = fields[0], []
+        if isinstance(first, relax.Tuple):  # (loss, the buffers the step moved...)
+            first, *moved = first.fields
+            buffers = [_moved(self.env[b]) for b in moved]
         loss = self.env[first]
         grads = []
         for adjoint in fields[1].fields:
@@ -163,7 +179,7 @@ class _Rewriter:
             else:
                 raise UnsupportedOpError("precision='int8': a gradient that is not an "
                                          "integer sum")
-        return loss, grads
+        return loss, buffers, grads
 
     def visit(self, binding):
         value = binding.value
@@ -178,7 +194,7 @@ class _Rewriter:
                                      f"{type(value).__name__}")
         fused = fused_op_of(value)
         if fused is not None:
-            return self.fused(value, fused[0])
+            return self.fused(value, *fused)
         op = value.op.name
         rule = RULES.get(op)
         if rule is None:
@@ -186,8 +202,12 @@ class _Rewriter:
                                      f"({binding.var.name})")
         return rule(self, value, binding.var.name)
 
-    def fused(self, call, op):
+    def fused(self, call, op, attrs=None):
         args = [self.env[a] for a in call.args[1].fields]
+        if op == "batch_norm_train":
+            return _batch_norm_train(self, args, attrs or {})
+        if op == "batch_norm_train_backward":
+            return _batch_norm_backward(self, args)
         if op == "softmax_cross_entropy":
             logits, labels = self.quantized(args[0], "the logits"), args[1]
             out = self.emit(niti.softmax_xent_grad(logits.q, logits.e, labels), "xent")
@@ -199,6 +219,54 @@ class _Rewriter:
 
 
 # ---- op rules: (rewriter, float call, name) -> integer form ------------------------------------
+
+def _per_channel(rw: _Rewriter, vector, like):
+    """An int [C] vector as int32 [1, C, 1, ...], broadcast over `like`'s other axes."""
+    shape = [1] * len(_shape(like))
+    shape[1] = -1
+    return rw.emit(R.reshape(rw.emit(R.astype(vector, INT32)), shape))
+
+
+def _channel_sum(rw: _Rewriter, total):
+    """An int32 [B, C, ...] summed over every axis but the channels'."""
+    axes = [0] + list(range(2, len(_shape(total))))
+    return rw.emit(R.sum(total, axis=axes))
+
+
+def _batch_norm_train(rw: _Rewriter, args, attrs):
+    """NITI's integer BatchNorm (niti/batch_norm.py): x_hat from batch statistics, then
+    gamma x_hat + beta as an accumulator; the running statistics moved."""
+    x, gamma, beta, mean, var = args
+    if not all(isinstance(p, Parameter) for p in (gamma, beta, mean, var)):
+        raise UnsupportedOpError("precision='int8': a BatchNorm without affine parameters and "
+                                 "running statistics (affine=True, track_running_stats=True)")
+    q = rw.quantized(x, "a BatchNorm's input")
+    out = rw.emit(niti.batch_norm_train(q.q, q.e, mean.var, var.var, mean.e, var.e,
+                                        attrs.get("momentum", 0.1)))
+    x_hat, r, g, new_mean, new_var = (rw.emit(relax.TupleGetItem(out, i)) for i in range(5))
+    product = rw.emit(R.multiply(rw.emit(R.astype(x_hat, INT32)),
+                                 _per_channel(rw, gamma.var, x_hat)))
+    scaled = Accumulator(product, [gamma.e, relax.const(np.array([-bn.F], np.int32))])
+    total = rw.emit(niti.align_bias(scaled.total, scaled.exponents, beta.var, beta.e))
+    y = Accumulator(rw.emit(relax.TupleGetItem(total, 0)),
+                    [*scaled.exponents, rw.emit(relax.TupleGetItem(total, 1))])
+    return [y, BatchNormSaved(x_hat, r, g, q.e), None, new_mean, new_var]
+
+
+def _batch_norm_backward(rw: _Rewriter, args):
+    """(dx, dgamma, dbeta): gamma's and beta's int32 sums; dx from x_hat's error narrowed."""
+    _, gamma, saved, _, dy = args
+    err = rw.quantized(dy, "a BatchNorm's output error")
+    wide = rw.emit(R.astype(err.q, INT32))
+    d_gamma = Accumulator(_channel_sum(rw, rw.emit(R.multiply(
+        wide, rw.emit(R.astype(saved.x_hat, INT32))))), [err.e], error_sum=True)
+    d_beta = Accumulator(_channel_sum(rw, wide), [err.e], error_sum=True)
+    d_hat = rw.quantized(Accumulator(rw.emit(R.multiply(
+        wide, _per_channel(rw, gamma.var, wide))), [err.e, gamma.e]), "a BatchNorm's x_hat")
+    dx = rw.emit(niti.batch_norm_backward(d_hat.q, saved.x_hat, saved.r, saved.g))
+    return [Accumulator(dx, [d_hat.e, relax.const(np.array([-2 * bn.F], np.int32)),
+                             rw.emit(R.negative(saved.x_e))]), d_gamma, d_beta]
+
 
 def _conv2d(rw: _Rewriter, call, name):
     a = call.attrs
@@ -246,7 +314,69 @@ def _same_on_values(make):
     return rule
 
 
+@dataclass
+class _Centered:
+    """x - a BatchNorm's running mean (evaluation), waiting for its division."""
+
+    x: object
+    mean: Parameter
+
+
+@dataclass
+class _Spread:
+    """A BatchNorm's running variance (plus eps, its square root: evaluation)."""
+
+    var: Parameter
+
+
+def _vector_of(rw: _Rewriter, p: Parameter):
+    return rw.emit(R.reshape(p.var, (_shape(p.var)[1],))) if len(_shape(p.var)) > 1 else p.var
+
+
+def _subtract(rw: _Rewriter, call, name):
+    x, mean = (rw.env[a] for a in call.args)
+    if not isinstance(mean, Parameter):
+        raise UnsupportedOpError(f"precision='int8': no integer (NITI) form for {name}, a "
+                                 "subtraction other than a BatchNorm's mean")
+    return _Centered(x, mean)
+
+
+def _sqrt(rw: _Rewriter, call, name):
+    value = rw.env[call.args[0]]
+    if not isinstance(value, _Spread):
+        raise UnsupportedOpError(f"precision='int8': no integer (NITI) form for {name}, a "
+                                 "square root other than a BatchNorm's")
+    return value
+
+
+def _batch_norm_eval(rw: _Rewriter, centered: _Centered, spread: _Spread, name) -> Quantized:
+    q = rw.quantized(centered.x, name)
+    mean, var = centered.mean, spread.var
+    x_hat = rw.emit(niti.batch_norm_eval(q.q, q.e, _vector_of(rw, mean), _vector_of(rw, var),
+                                         mean.e, var.e))
+    return Quantized(x_hat, relax.const(np.array([-bn.F], np.int32)))
+
+
+def _multiply(rw: _Rewriter, call, name):
+    """x_hat times a BatchNorm's gamma (evaluation): an accumulator."""
+    q, gamma = (rw.env[a] for a in call.args)
+    if not isinstance(gamma, Parameter) or _dtype(gamma.var) != INT8:
+        raise UnsupportedOpError(f"precision='int8': no integer (NITI) form for {name}, a "
+                                 "product other than a BatchNorm's gamma")
+    q = rw.quantized(q, name)
+    return Accumulator(rw.emit(R.multiply(rw.emit(R.astype(q.q, INT32)),
+                                          rw.emit(R.astype(gamma.var, INT32)))),
+                       [q.e, gamma.e])
+
+
 def _add(rw: _Rewriter, call, name):
+    if _dtype(call) == "int64":  # a BatchNorm's num_batches_tracked + 1
+        count = rw.env[call.args[0]]
+        return Parameter(count.name, rw.emit(R.add(count.var, call.args[1])), None)
+    if isinstance(call.args[1], tvm.ir.Constant):  # a BatchNorm's running variance + eps
+        var = rw.env[call.args[0]]
+        if isinstance(var, Parameter):
+            return _Spread(var)
     a, b = (rw.env[x] for x in call.args)
     if isinstance(b, Accumulator) and isinstance(a, Parameter):
         a, b = b, a
@@ -440,7 +570,11 @@ def _mean(rw: _Rewriter, call, name):
 
 
 def _divide(rw: _Rewriter, call, name):
-    """The division of a mean's backward: the error's share of each of n terms."""
+    """The division of a mean's backward: the error's share of each of n terms; or a
+    BatchNorm's (evaluation) by its running statistics."""
+    centered = rw.env.get(call.args[0])
+    if isinstance(centered, _Centered):
+        return _batch_norm_eval(rw, centered, rw.env[call.args[1]], name)
     const = call.args[1]
     n = float(const.value.numpy()) if isinstance(const, tvm.ir.Constant) \
         and not _shape(const) else 0.0
@@ -484,8 +618,12 @@ RULES = {
     "relax.grad.avg_pool2d_backward": _avg_pool2d_backward,
     "relax.mean": _mean,
     "relax.divide": _divide,
+    "relax.subtract": _subtract,
+    "relax.sqrt": _sqrt,
+    "relax.multiply": _multiply,
     "relax.ones": _ones,
     "relax.zeros_like": _zeros_like,
+    "relax.zeros": lambda rw, call, name: None,  # the adjoint of a BatchNorm's statistics
 }
 
 
@@ -523,11 +661,13 @@ def rewrite_step(func: relax.Function, name: str, parameters: dict[str, Paramete
                 logits = rw.quantized(rw.env[func.body.body], "the output")
                 result = bb.emit_output(niti.dequantize(logits.q, logits.e))
             else:
-                loss, grads = rw.outputs()
-                result = bb.emit_output(relax.Tuple([relax.Tuple([loss, *rw.new_sites]),
+                loss, buffers, grads = rw.outputs()
+                result = bb.emit_output(relax.Tuple([relax.Tuple([loss, *buffers,
+                                                                  *rw.new_sites]),
                                                      relax.Tuple(grads)]))
         site_vars = [s for _, s in rw.sites] if sites is None else [
             relax.Var(f"site{i}", niti.SITE_TYPE) for i in range(sites)]
-        params = inputs + [v for p in parameters.values() for v in (p.var, p.e)]
+        params = inputs + [v for p in parameters.values() for v in (p.var, p.e)
+                           if v is not None]
         bb.emit_func_output(result, params=params + site_vars)
     return bb.get()[name], [w for w, _ in rw.sites]

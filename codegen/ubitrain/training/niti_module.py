@@ -124,12 +124,17 @@ def running_statistics(model: torch.nn.Module, example_input) -> dict[str, list]
     return out
 
 
+COUNTS = ("num_batches_tracked",)  # a BatchNorm's step count: kept as it is
+
+
 def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
                          max_interval: int) -> TrainingModule:
     """`tm` with integer functions and state (see the module's docstring)."""
+    norms = _batch_norm_owners(model)
     refused = [what for what, bad in (
-        ("buffers (BatchNorm's running statistics)", any(not s.is_parameter
-                                                          for s in tm.graph.state)),
+        ("buffers other than a BatchNorm's running statistics", any(
+            not s.is_parameter and s.name.rpartition(".")[0] not in norms
+            for s in tm.graph.state)),
         ("part of a layer's channels (SparseUpdate(channels=...)): train whole layers",
          bool(tm.channel_splits)),
         ("micro-batches", tm.micro_batches > 1),
@@ -138,12 +143,21 @@ def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
         raise UnsupportedOpError(f"precision='int8' does not train {'; '.join(refused)} yet")
     ints = integer_state(model, example_input,
                          {s.name: s.value for s in tm.graph.state if s.is_parameter})
+    if norms:
+        for owner, (mean, var, e_mean, e_var) in running_statistics(model,
+                                                                    example_input).items():
+            ints[f"{owner}.running_mean"] = (mean.astype(np.int32), e_mean)
+            ints[f"{owner}.running_var"] = (var.astype(np.int32), e_var)
+    counts = {s.name: s.value for s in tm.graph.state if s.name.endswith(COUNTS)}
 
     def parameters(graph) -> dict[str, Parameter]:
         out = {}
         for s in graph.state:
-            values, _ = ints[s.name]
             var = graph.state_vars[s.name]
+            if s.name in counts:
+                out[var.name] = Parameter(s.name, _var(var.name, counts[s.name]), None)
+                continue
+            values, _ = ints[s.name]
             out[var.name] = Parameter(s.name, _var(var.name, values), _var(
                 var.name + "_exponent", np.zeros(1, np.int32)))
         return out
@@ -154,6 +168,9 @@ def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
                               sites=len(sites))
     state = []
     for s in tm.graph.state:
+        if s.name in counts:
+            state.append(s)
+            continue
         values, e = ints[s.name]
         state.append(dataclasses.replace(s, value=values))
         state.append(StateTensor(f"{s.name}.exponent", np.array([e], np.int32), False, False))
@@ -164,7 +181,7 @@ def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
     return dataclasses.replace(
         tm, mod=mod, graph=_with_state(tm.graph, state, main),
         predict_graph=_with_state(tm.predict_graph, state, predict),
-        buffer_updates=site_names)
+        buffer_updates=[*tm.buffer_updates, *site_names])
 
 
 def _var(name, values):

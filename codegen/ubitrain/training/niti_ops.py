@@ -8,6 +8,8 @@ compiled step could not be checked against either.
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from ..errors import UnsupportedOpError
@@ -32,13 +34,20 @@ INTEGER_OPS = {
     aten.view.default: "view",
     aten.reshape.default: "reshape",
 }
+# with NITI(batch_norm="integer"): NITI's integer BatchNorm (niti/batch_norm.py)
+BATCH_NORM_OPS = {aten._native_batch_norm_legit_functional.default: "BatchNorm",
+                  operator.getitem: "BatchNorm"}
 
 
-def check_integer_ops(model: torch.nn.Module, example_inputs: tuple) -> None:
-    """Refuse a model with any op outside INTEGER_OPS, naming each by module."""
+def check_integer_ops(model: torch.nn.Module, example_inputs: tuple,
+                      batch_norm: bool = False) -> None:
+    """Refuse a model with any op outside INTEGER_OPS (and BATCH_NORM_OPS with
+    `batch_norm`), naming each by module."""
     exported = export_module(model, example_inputs, training=True)
+    known = {**INTEGER_OPS, **BATCH_NORM_OPS} if batch_norm else INTEGER_OPS
     problems = {f"{module_path(n)}: {op_label(n.target)}" for n in exported.graph.nodes
-                if n.op == "call_function" and n.target not in INTEGER_OPS}
+                if n.op == "call_function" and n.target not in known}
+
     if problems:
         ops = ", ".join(sorted(set(INTEGER_OPS.values())))
         raise UnsupportedOpError(
