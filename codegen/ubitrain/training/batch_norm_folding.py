@@ -1,8 +1,9 @@
-"""BatchNorm folded into the conv or linear layer before it, for precision="int8".
+"""BatchNorm folded into the conv or linear layer before it, for precision="int8" with
+NITI(batch_norm="fold") (the default; "integer" trains NITI's integer BatchNorm with batch
+statistics instead, niti/batch_norm.py).
 
-NITI has no integer BatchNorm: an int8 step keeps a weight's scale fixed and has no place
-for per-channel statistics of int32 accumulators. As tiny-training does for its MCU models,
-each BatchNorm is folded into the layer that feeds it, with its running statistics (what
+As tiny-training does for its MCU models when it fine-tunes a trained net, each BatchNorm is
+folded into the layer that feeds it, with its running statistics (what
 `model.eval()` would compute): weight x gamma / sqrt(var + eps), bias (b - mean) x gamma /
 sqrt(var + eps) + beta. The folded layer is then trained like any conv with a bias, and the
 trained model has no BatchNorm. torch.fx's own `fuse` does the folding.
@@ -40,8 +41,9 @@ def fold_batch_norms(model: nn.Module) -> nn.Module:
     if left:
         raise UnsupportedOpError(
             f"precision='int8': BatchNorm {', '.join(left)} does not directly follow a conv "
-            "or linear layer whose only reader it is, so it cannot be folded into it; NITI "
-            "has no integer BatchNorm. Put each BatchNorm right after its conv or linear")
+            "or linear layer whose only reader it is, so it cannot be folded into it. Put each "
+            "BatchNorm right after its conv or linear, or train NITI's integer BatchNorm "
+            "with batch statistics: optimizer=ub.NITI(batch_norm='integer')")
     old = dict(model.named_parameters())
     for name, p in folded.named_parameters():  # a bias that folding gave a bias-free layer
         if name not in old:  # torch leaves it frozen; it trains with its layer's weight
