@@ -45,7 +45,7 @@ SHORT = {"mismatch": "caught", "stops": "stops", "match": "MISSED", "near kink":
 REAL_OPTIMIZER = ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
 
 
-def real_subjects(names, sizes, steps):
+def real_subjects(names, sizes, steps, every_step=False):
     """(model, batch, run(mutants, folder)) per real model and batch size."""
     for name in names:
         model = real_model(name)
@@ -53,11 +53,11 @@ def real_subjects(names, sizes, steps):
             def run(mutants, tmp, model=model, batch=batch):
                 torch.manual_seed(0)
                 return judge_mutants(mutants, model.make(), batches(model, batch, steps),
-                                     REAL_OPTIMIZER, tmp)
+                                     REAL_OPTIMIZER, tmp, every_step=every_step)
             yield name, batch, run
 
 
-def fuzz_subjects(seeds):
+def fuzz_subjects(seeds, every_step=False):
     for seed in seeds:
         case = draw_case(seed)
 
@@ -65,7 +65,8 @@ def fuzz_subjects(seeds):
             model = instantiate(case.graph, case.seed)
             data, _ = clear_batches(case, model)
             return judge_mutants(mutants, model, data, case.optimizer, tmp, case.graph.loss,
-                                 case.seed, trainable=list(case.trainable or []) or None)
+                                 case.seed, every_step,
+                                 trainable=list(case.trainable or []) or None)
         yield f"fuzz {seed}", case.graph.input_shape[0], run
 
 
@@ -90,14 +91,17 @@ def main():
     parser.add_argument("--target", default="host", help="int8: where the C runs")
     parser.add_argument("--mutants", nargs="+")
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--every-step", action="store_true",
+                        help="judge every mutant through every step, even one caught at "
+                             "the first (tools/mutants/run.py first_step_mismatch)")
     args = cli.parse(parser)
     suite = INT8_MUTANTS if args.precision == "int8" else MUTANTS
     mutants = [BASELINE] + [mutant(n, suite) for n in args.mutants or [m.name for m in suite]]
     if args.precision == "int8":
         subjects = list(int8_subjects(args.target))
     else:
-        subjects = [*real_subjects(args.models, args.batches, args.steps),
-                    *fuzz_subjects(args.fuzz_seeds)]
+        subjects = [*real_subjects(args.models, args.batches, args.steps, args.every_step),
+                    *fuzz_subjects(args.fuzz_seeds, args.every_step)]
     rows = []
     print(f"{'model':18} {'batch':>5} " + " ".join(f"{m.name[:13]:>13}" for m in mutants)
           + "      s")

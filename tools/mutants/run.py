@@ -12,14 +12,14 @@ from pathlib import Path
 
 import ubitrain.api as ub_api
 from ubitrain.errors import RuntimeStatusError
-from ubitrain.fidelity.referee import judge, referee
-from ubitrain.fidelity.reference import Reference
+from ubitrain.fidelity.referee import _excused, judge, referee
 from ubitrain.fidelity.sides import ForwardCapture
 from ubitrain.package import Package
 from ubitrain.pipeline import CallTrace
 
 from ..fuzzing.case import first_difference
 from .defects import BASELINE, Mutant
+from .reuse import FirstStepOnly, SharedReference
 
 MARK = "/* mutant: {} */\n"
 
@@ -117,36 +117,82 @@ def decide(pkg, reference, batches, seed: int = 0, pin: bool = True):
         capture.close()
 
 
+def first_step_mismatch(pkg, reference, batches, seed: int = 0):
+    """`decide` on the first step alone: its verdict when a check of that step fails and
+    nothing there can excuse it, else None. The referee computes step 1 the same way
+    however many steps follow, so such a failure makes the whole run a mismatch (unless
+    PyTorch diverges or the C stops at a later step), and the later steps, whose PyTorch
+    runs start from the mutant's state and are its alone, need not run. Where look 1 leaves
+    step 1 "near kink", look 2 (the C's sides replayed) decides, as `decide` does."""
+    first = FirstStepOnly(reference)
+    verdict = referee(pkg.build(seed=seed, arena_fill=0xFF), first, batches[:1], seed)
+    if _unexcused_at_step_1(verdict, replayed=False):
+        return _at_step_1(verdict)
+    if 1 not in verdict.near_kinks:
+        return None
+    trainer = pkg.build(seed=seed, arena_fill=0xFF)
+    capture = ForwardCapture(trainer, pkg)
+    try:
+        verdict = referee(trainer, first, batches[:1], seed, capture)
+    finally:
+        capture.close()
+    return _at_step_1(verdict) if _unexcused_at_step_1(verdict, replayed=True) else None
+
+
+def _unexcused_at_step_1(verdict, replayed: bool) -> bool:
+    """A failed check of step 1 that `referee._excused` could not excuse, were step 1's
+    forward values allowed to jump (not known here: counted as allowed, which only ever
+    excuses more)."""
+    near = verdict.unreplayed if replayed else verdict.near_kinks
+    undecided = {1} & (set(near) | set(verdict.unpinned))
+    return any(c.step == 1 and not c.ok and not _excused(c, undecided, undecided)
+               for c in verdict.checks)
+
+
+def _at_step_1(verdict):
+    return dataclasses.replace(
+        verdict, status="mismatch", checks=[c for c in verdict.checks if c.step == 1],
+        near_kinks={k: v for k, v in verdict.near_kinks.items() if k == 1}, prediction=None)
+
+
 def rewritten(pkg, mutant: Mutant, project: Path):
     """A copy of `pkg`'s project in `project` with `mutant`'s rewrite of its model.c: (the
-    package there, what was changed), or (None, None) when the rewrite finds nothing."""
-    shutil.rmtree(project, ignore_errors=True)
-    shutil.copytree(pkg.out_dir, project, ignore=shutil.ignore_patterns("build"))
-    done = mutant.rewrite((project / "model.c").read_text())
+    package there, what was changed), or (None, None) when the rewrite finds nothing. A
+    `project` that holds an earlier mutant of the same package (judge_mutants gives each
+    package one) is kept, its model.c replaced and its object deleted, so that its build
+    compiles model.c alone, not the runtime again (on a small model, most of a build)."""
+    done = mutant.rewrite((Path(pkg.out_dir) / "model.c").read_text())
     if done is None:
         return None, None
+    if not (project / "model.c").exists():
+        shutil.copytree(pkg.out_dir, project, ignore=shutil.ignore_patterns("build"))
+    for stale in project.glob("build/CMakeFiles/*/model.c.o"):
+        stale.unlink()  # rewritten within make's timestamp resolution, it may look current
     (project / "model.c").write_text(MARK.format(mutant.name) + done[0])
     return dataclasses.replace(pkg, out_dir=project), done[1]
 
 
 def judge_mutants(mutants, model, batches, optimizer, out_dir, loss: str = "cross_entropy",
-                  seed: int = 0, **options) -> list[MutantResult]:
+                  seed: int = 0, every_step: bool = False, **options) -> list[MutantResult]:
     """Every mutant of `mutants` on `model`, `judge`d as `judge_mutant` does, faster: the
     model is compiled once and each C mutant is a copy of that project, rewritten and built
-    (a compile mutant compiles again). A mutant not caught is "unchanged" when its steps and
-    prediction are bit for bit those of BASELINE (listed before it)."""
+    (a compile mutant compiles again); PyTorch's runs of the first step are shared
+    (reuse.py), and a mutant whose first step is a mismatch nothing excuses is not run
+    further (`first_step_mismatch`; `every_step` runs every mutant through every step, as
+    `judge` does). A mutant not caught is "unchanged" when its steps and prediction are bit
+    for bit those of BASELINE (listed before it)."""
     out_dir = Path(out_dir)
     *xs, y = batches[0]
     options = dict(options, loss=loss, optimizer=optimizer)
     pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y, out_dir=out_dir / "base",
                          instruments=[CallTrace()], **options)
-    reference = Reference(copy.deepcopy(model), optimizer, loss, pkg.trainable)
+    reference = SharedReference(copy.deepcopy(model), optimizer, loss, pkg.trainable)
     results, baseline = [], None
     for mutant in mutants:
         where, status, summary = None, "error", ""
         try:
             if mutant.rewrite is not None:
-                mutant_pkg, where = rewritten(pkg, mutant, out_dir / mutant.name)
+                mutant_pkg, where = rewritten(pkg, mutant, out_dir / "mutant")
             else:
                 hook = mutant.instrument()
                 mutant_pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y,
@@ -154,8 +200,12 @@ def judge_mutants(mutants, model, batches, optimizer, out_dir, loss: str = "cros
                                             instruments=[CallTrace(), hook], **options)
                 where = hook.where
             if where is not None:
-                verdict = decide(mutant_pkg, reference, batches, seed)
-                status, summary = verdict.status, verdict.summary()
+                verdict, note = None, ""
+                if mutant is not BASELINE and not every_step and len(batches) > 1:
+                    verdict = first_step_mismatch(mutant_pkg, reference, batches, seed)
+                    note = "\n  (decided at step 1: the later steps not run)" if verdict else ""
+                verdict = verdict or decide(mutant_pkg, reference, batches, seed)
+                status, summary = verdict.status, verdict.summary() + note
                 if mutant is BASELINE:
                     baseline = verdict
                 elif status in ("match", "near kink") and baseline is not None \
