@@ -111,10 +111,9 @@ def test_a_shared_first_step_run_is_the_run_it_replaces():
     """tools/mutants/reuse.py: PyTorch's runs of step 1 are computed once per model and
     handed to every mutant; a run looked up (float64, and float32 pinned to its branches)
     gives what running it again gives, its recorder's outcome included."""
+    from tools.mutants.reuse import SharedReference
     from ubitrain.fidelity.reference import FLOAT32_VARIANTS, Reference
     from ubitrain.fidelity.sides import SideReplay
-
-    from tools.mutants.reuse import SharedReference
 
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
