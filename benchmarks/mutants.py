@@ -5,7 +5,8 @@ short, a ReLU mask's < as <=, a missing weight-decay term, an in-place share tha
 overwritten value), each judged by the referee as `judge` does.
 
     python benchmarks/mutants.py [--models lenet5 mobilenet_v2 ...] [--batches 1 4 8]
-        [--fuzz-seeds 0:100] [--mutants bn_eps ...] [--steps 2] [--out results/mutants.json]
+        [--fuzz-seeds 0:100 ...] [--mutants bn_eps ...] [--steps 2] [--every-step]
+        [--target aarch64-neon] [--out results/mutants.json]
     python benchmarks/mutants.py --precision int8 [--target aarch64-neon] [--mutants ...]
 
 Per model and batch, first the C as generated ("baseline": it must match, or the kills say
@@ -21,7 +22,8 @@ its own case: its model, loss, optimizer and data, every pass on (variant A).
 one, round half wrongly, saturation at -128, a residual's backward sum dropping a term, the
 ReLU mask's < as <=, a reduction one short, the update's mu off by one) on the int8 test
 models (tools/int8_models.py), each caught if its step differs in one bit from the numpy
-reference; `--target` a cross target runs the C under QEMU.
+reference. `--target` (either precision): the same C built by a cross target's compiler,
+run under QEMU.
 """
 
 import tempfile
@@ -45,19 +47,21 @@ SHORT = {"mismatch": "caught", "stops": "stops", "match": "MISSED", "near kink":
 REAL_OPTIMIZER = ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
 
 
-def real_subjects(names, sizes, steps, every_step=False):
+def real_subjects(names, sizes, steps, every_step=False, target="host"):
     """(model, batch, run(mutants, folder)) per real model and batch size."""
+    where = {} if target == "host" else dict(target=target)
     for name in names:
         model = real_model(name)
         for batch in sizes:
             def run(mutants, tmp, model=model, batch=batch):
                 torch.manual_seed(0)
                 return judge_mutants(mutants, model.make(), batches(model, batch, steps),
-                                     REAL_OPTIMIZER, tmp, every_step=every_step)
+                                     REAL_OPTIMIZER, tmp, every_step=every_step, **where)
             yield name, batch, run
 
 
-def fuzz_subjects(seeds, every_step=False):
+def fuzz_subjects(seeds, every_step=False, target="host"):
+    where = {} if target == "host" else dict(target=target)
     for seed in seeds:
         case = draw_case(seed)
 
@@ -66,7 +70,7 @@ def fuzz_subjects(seeds, every_step=False):
             data, _ = clear_batches(case, model)
             return judge_mutants(mutants, model, data, case.optimizer, tmp, case.graph.loss,
                                  case.seed, every_step,
-                                 trainable=list(case.trainable or []) or None)
+                                 trainable=list(case.trainable or []) or None, **where)
         yield f"fuzz {seed}", case.graph.input_shape[0], run
 
 
@@ -86,9 +90,12 @@ def int8_subjects(target):
 
 def main():
     parser = cli.parser(__doc__, "results/mutants.json", batches=(4,))
-    parser.add_argument("--fuzz-seeds", type=parse_seeds, default=range(0))
+    parser.add_argument("--fuzz-seeds", type=parse_seeds, nargs="+", default=[],
+                        help="A:B (A to B-1) or N (0 to N-1), several")
     parser.add_argument("--precision", choices=["fp32", "int8"], default="fp32")
-    parser.add_argument("--target", default="host", help="int8: where the C runs")
+    parser.add_argument("--target", default="host",
+                        help="where the C runs: a cross target's under QEMU (fp32: without "
+                             "the C's sides replayed, so a step near a kink stays undecided)")
     parser.add_argument("--mutants", nargs="+")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--every-step", action="store_true",
@@ -100,8 +107,10 @@ def main():
     if args.precision == "int8":
         subjects = list(int8_subjects(args.target))
     else:
-        subjects = [*real_subjects(args.models, args.batches, args.steps, args.every_step),
-                    *fuzz_subjects(args.fuzz_seeds, args.every_step)]
+        subjects = [*real_subjects(args.models, args.batches, args.steps, args.every_step,
+                                   args.target),
+                    *fuzz_subjects([s for r in args.fuzz_seeds for s in r], args.every_step,
+                                   args.target)]
     rows = []
     print(f"{'model':18} {'batch':>5} " + " ".join(f"{m.name[:13]:>13}" for m in mutants)
           + "      s")

@@ -102,19 +102,29 @@ def judge_mutant(mutant: Mutant, model, batches, optimizer, out_dir, **options) 
     return MutantResult(mutant.name, exercised, where, status, summary)
 
 
-def decide(pkg, reference, batches, seed: int = 0, pin: bool = True):
-    """`judge`'s two looks on fresh builds of one package compiled with CallTrace: the
-    referee; where it says "near kink", again with the C's sides replayed. (judge builds
-    the first look without the trace; the trace hook unset, the step is the same.)"""
-    verdict = referee(pkg.build(seed=seed, arena_fill=0xFF), reference, batches, seed, pin=pin)
-    if verdict.status != "near kink":
-        return verdict
+def look(pkg, reference, batches, seed: int = 0, sides: bool = False, pin: bool = True):
+    """One of `judge`'s looks, on a fresh build of `pkg` (compiled with CallTrace on the
+    host): the referee; with `sides`, the C's sides of near-kink elements replayed. (judge
+    builds the first look without the trace; the trace hook unset, the step is the same.)"""
     trainer = pkg.build(seed=seed, arena_fill=0xFF)
-    capture = ForwardCapture(trainer, pkg)
+    capture = ForwardCapture(trainer, pkg) if sides else None
     try:
         return referee(trainer, reference, batches, seed, capture, pin=pin)
     finally:
-        capture.close()
+        if capture is not None:
+            capture.close()
+        if not pkg.target.runs_on_host:  # the emulator's process
+            trainer.close()
+
+
+def decide(pkg, reference, batches, seed: int = 0, pin: bool = True):
+    """`judge`'s two looks: the referee; where it says "near kink", again with the C's
+    sides replayed. Under emulation (a cross target) there is no trace hook to read the
+    C's forward from: "near kink" stays."""
+    verdict = look(pkg, reference, batches, seed, pin=pin)
+    if verdict.status != "near kink" or not pkg.target.runs_on_host:
+        return verdict
+    return look(pkg, reference, batches, seed, sides=True, pin=pin)
 
 
 def first_step_mismatch(pkg, reference, batches, seed: int = 0):
@@ -125,17 +135,12 @@ def first_step_mismatch(pkg, reference, batches, seed: int = 0):
     runs start from the mutant's state and are its alone, need not run. Where look 1 leaves
     step 1 "near kink", look 2 (the C's sides replayed) decides, as `decide` does."""
     first = FirstStepOnly(reference)
-    verdict = referee(pkg.build(seed=seed, arena_fill=0xFF), first, batches[:1], seed)
+    verdict = look(pkg, first, batches[:1], seed)
     if _unexcused_at_step_1(verdict, replayed=False):
         return _at_step_1(verdict)
-    if 1 not in verdict.near_kinks:
+    if 1 not in verdict.near_kinks or not pkg.target.runs_on_host:
         return None
-    trainer = pkg.build(seed=seed, arena_fill=0xFF)
-    capture = ForwardCapture(trainer, pkg)
-    try:
-        verdict = referee(trainer, first, batches[:1], seed, capture)
-    finally:
-        capture.close()
+    verdict = look(pkg, first, batches[:1], seed, sides=True)
     return _at_step_1(verdict) if _unexcused_at_step_1(verdict, replayed=True) else None
 
 
@@ -166,7 +171,7 @@ def rewritten(pkg, mutant: Mutant, project: Path):
         return None, None
     if not (project / "model.c").exists():
         shutil.copytree(pkg.out_dir, project, ignore=shutil.ignore_patterns("build"))
-    for stale in project.glob("build/CMakeFiles/*/model.c.o"):
+    for stale in project.glob("build*/CMakeFiles/*/model.c.o"):
         stale.unlink()  # rewritten within make's timestamp resolution, it may look current
     (project / "model.c").write_text(MARK.format(mutant.name) + done[0])
     return dataclasses.replace(pkg, out_dir=project), done[1]
@@ -184,8 +189,10 @@ def judge_mutants(mutants, model, batches, optimizer, out_dir, loss: str = "cros
     out_dir = Path(out_dir)
     *xs, y = batches[0]
     options = dict(options, loss=loss, optimizer=optimizer)
+    # the trace hook (look 2's) runs on the host alone
+    trace = [CallTrace()] if options.get("target", "host") == "host" else []
     pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y, out_dir=out_dir / "base",
-                         instruments=[CallTrace()], **options)
+                         instruments=trace, **options)
     reference = SharedReference(copy.deepcopy(model), optimizer, loss, pkg.trainable)
     results, baseline = [], None
     for mutant in mutants:
@@ -197,7 +204,7 @@ def judge_mutants(mutants, model, batches, optimizer, out_dir, loss: str = "cros
                 hook = mutant.instrument()
                 mutant_pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y,
                                             out_dir=out_dir / mutant.name,
-                                            instruments=[CallTrace(), hook], **options)
+                                            instruments=[*trace, hook], **options)
                 where = hook.where
             if where is not None:
                 verdict, note = None, ""
