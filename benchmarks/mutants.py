@@ -43,7 +43,9 @@ from tools.mutants import BASELINE, INT8_MUTANTS, MUTANTS, judge_int8_mutants, j
 from tools.real_models import batches, real_model
 
 SHORT = {"mismatch": "caught", "stops": "stops", "match": "MISSED", "near kink": "kink?",
-         "unchanged": "same", "not exercised": "-", "error": "ERROR"}
+         "unchanged": "same", "below rounding": "rounding", "not exercised": "-",
+         "error": "ERROR"}
+APART = ("unchanged", "below rounding")  # not caught, and no referee could have
 REAL_OPTIMIZER = ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
 
 
@@ -151,23 +153,26 @@ def summarize(rows, mutants):
     if bad:
         print(f"\nbaseline not a match, its mutants not counted: {bad}")
     rows = [r for r in rows if (r["model"], r["batch"]) in valid]
-    print("\nkill rate per mutant (caught / exercised and changing a number; runs where it "
-          "changes none, runs that do not exercise it)")
+    print("\nkill rate per mutant (caught / exercised and changing a number beyond rounding; "
+          "runs where it changes none or only below rounding, runs that do not exercise it)")
     for m in mutants:
         mine = [r for r in rows if r["mutant"] == m.name]
-        ran = [r for r in mine if r["exercised"] and r["status"] != "unchanged"]
+        ran = [r for r in mine if r["exercised"] and r["status"] not in APART]
         same = [f"{r['model']} b{r['batch']}" for r in mine if r["status"] == "unchanged"]
+        tiny = [f"{r['model']} b{r['batch']}" for r in mine
+                if r["status"] == "below rounding"]
         idle = [f"{r['model']} b{r['batch']}" for r in mine if not r["exercised"]]
         print(f"  {m.name:20} {sum(r['caught'] for r in ran)}/{len(ran)}"
-              + ("   EXERCISED BY NO MODEL" if not ran and not same else "")
+              + ("   EXERCISED BY NO MODEL" if not ran and not same and not tiny else "")
               + (f"   changes no number of: {', '.join(same)}" if same else "")
+              + (f"   changes numbers below rounding on: {', '.join(tiny)}" if tiny else "")
               + (f"   not exercised by: {', '.join(idle)}" if idle else ""))
     print("kill rate per model (caught / exercised, over its batches)")
     group = {r["model"]: "fuzz seeds" if r["model"].startswith("fuzz ") else r["model"]
              for r in rows}
     for name in dict.fromkeys(group.values()):
         ran = [r for r in rows if group[r["model"]] == name and r["exercised"]
-               and r["mutant"] != BASELINE.name and r["status"] != "unchanged"]
+               and r["mutant"] != BASELINE.name and r["status"] not in APART]
         print(f"  {name:20} {sum(r['caught'] for r in ran)}/{len(ran)}")
 
 
