@@ -139,7 +139,8 @@ def flip_kink_rule(text):
 
 
 # ---- a weight-decay term missing ----------------------------------------------------------
-_DECAY = re.compile(r"\(grad\[(\w+)\] \+ \([-0-9.e+]+f \* \w+\[\1\]\)\)")
+# grad[i] + wd * w[i]; the index any expression (a 2-D loop's: ((i0 * 154) + i1), gru_kws)
+_DECAY = re.compile(r"\(grad\[([^\[\]]+)\] \+ \([-0-9.e+]+f \* \w+\[\1\]\)\)")
 
 
 def drop_weight_decay(text):
