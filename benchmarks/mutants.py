@@ -11,12 +11,16 @@ overwritten value), each judged by the referee as `judge` does.
 
 Per model and batch, first the C as generated ("baseline": it must match, or the kills say
 nothing), then each mutant's outcome: caught ("mismatch", or "stops": the C returned an
-error status), missed ("match", "near kink"), or "-" (the model has nothing the defect
-applies to: not exercised). Then the kill rate per mutant and per model, over the runs that
-exercised it. A real model trains with SGD, momentum 0.9 and weight decay 1e-4 (so that the
-weight-decay defect has a term to drop), lr 0.05, on the real-model suite's inputs
-(tools/real_models.py); a fuzz seed (`--fuzz-seeds A:B`, as `python -m tools.fuzzing`) on
-its own case: its model, loss, optimizer and data, every pass on (variant A).
+error status), missed ("match", "near kink"), not caught because no referee could ("same":
+every number the referee reads bit for bit the baseline's; "rounding": within its rounding
+floor), or "-" (the model has nothing the defect applies to: not exercised). Then the kill
+rate per mutant and per model, over the runs that exercised it. Step 1's PyTorch runs are
+shared by a model's mutants, and a mutant caught at step 1 is not run further
+(tools/mutants/run.py; `--every-step` runs it through every step). A real model trains with
+SGD, momentum 0.9 and weight decay 1e-4 (so that the weight-decay defect has a term to
+drop), lr 0.05, on the real-model suite's inputs (tools/real_models.py); a fuzz seed
+(`--fuzz-seeds A:B`, as `python -m tools.fuzzing`) on its own case: its model, loss,
+optimizer and data, every pass on (variant A).
 
 `--precision int8`: the int8 mutants (tools/mutants/int8_defects.py: a rescale shift off by
 one, round half wrongly, saturation at -128, a residual's backward sum dropping a term, the
