@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import re
 import shutil
 import traceback
 from dataclasses import dataclass
@@ -189,20 +190,44 @@ def within_rounding(a, b) -> bool:
     return close(a.prediction, b.prediction)
 
 
+# A large model's kernels are in model_kernels_<n>.c besides model.c (its train step): a
+# rewrite reads them all as one text, each file after a line naming it
+_FILE = "\n/* mutants: file {} */\n"
+_FILE_LINE = re.compile(r"\n/\* mutants: file (\S+) \*/\n")
+
+
+def c_sources(project: Path) -> dict[str, str]:
+    names = ["model.c"] + sorted(f.name for f in project.glob("model_kernels_*.c"))
+    return {n: (project / n).read_text() for n in names}
+
+
+def _joined(sources: dict[str, str]) -> str:
+    return "".join(_FILE.format(n) + text for n, text in sources.items())
+
+
+def _split(text: str) -> dict[str, str]:
+    parts = _FILE_LINE.split(text)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
 def rewritten(pkg, mutant: Mutant, project: Path):
-    """A copy of `pkg`'s project in `project` with `mutant`'s rewrite of its model.c: (the
-    package there, what was changed), or (None, None) when the rewrite finds nothing. A
-    `project` that holds an earlier mutant of the same package (judge_mutants gives each
-    package one) is kept, its model.c replaced and its object deleted, so that its build
-    compiles model.c alone, not the runtime again (on a small model, most of a build)."""
-    done = mutant.rewrite((Path(pkg.out_dir) / "model.c").read_text())
+    """A copy of `pkg`'s project in `project` with `mutant`'s rewrite of its C (model.c and
+    its kernel files): (the package there, what was changed), or (None, None) when the
+    rewrite finds nothing. A `project` that holds an earlier mutant of the same package
+    (judge_mutants gives each package one) is kept: the files that differ are written and
+    their objects deleted, so that its build compiles those alone, not the runtime again
+    (on a small model, most of a build)."""
+    done = mutant.rewrite(_joined(c_sources(Path(pkg.out_dir))))
     if done is None:
         return None, None
     if not (project / "model.c").exists():
-        shutil.copytree(pkg.out_dir, project, ignore=shutil.ignore_patterns("build"))
-    for stale in project.glob("build*/CMakeFiles/*/model.c.o"):
-        stale.unlink()  # rewritten within make's timestamp resolution, it may look current
-    (project / "model.c").write_text(MARK.format(mutant.name) + done[0])
+        shutil.copytree(pkg.out_dir, project, ignore=shutil.ignore_patterns("build*"))
+    for name, text in _split(done[0]).items():
+        text = MARK.format(mutant.name) + text if name == "model.c" else text
+        if (project / name).read_text() != text:
+            for stale in project.glob(f"build*/CMakeFiles/*/{name}.o"):
+                stale.unlink()  # written within make's timestamp resolution, it may look current
+            (project / name).write_text(text)
     return dataclasses.replace(pkg, out_dir=project), done[1]
 
 
