@@ -2,6 +2,7 @@
 plausible defect at a time, is told apart from PyTorch, and the C as generated is not. The
 whole suite over the real models: benchmarks/mutants.py."""
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -104,3 +105,38 @@ def test_int8_mutants_are_caught_bit_for_bit(tmp_path):
     assert base.status == "match", base.summary
     for r in mutants:
         assert r.exercised and r.caught, f"{r.mutant} ({r.where}): {r.status}: {r.summary}"
+
+
+def test_a_shared_first_step_run_is_the_run_it_replaces():
+    """tools/mutants/reuse.py: PyTorch's runs of step 1 are computed once per model and
+    handed to every mutant; a run looked up (float64, and float32 pinned to its branches)
+    gives what running it again gives, its recorder's outcome included."""
+    from tools.mutants.reuse import SharedReference
+    from ubitrain.fidelity.reference import FLOAT32_VARIANTS, Reference
+    from ubitrain.fidelity.sides import SideReplay
+
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    batch = (torch.randn(4, 3, 8, 8, generator=gen), torch.randint(0, 10, (4,), generator=gen))
+    model, optimizer = Residual(), ub.SGD(lr=0.1, momentum=0.9, weight_decay=1e-4)
+    names = [n for n, _ in model.named_parameters()]
+    shared, fresh = (cls(model, optimizer, "cross_entropy", names)
+                     for cls in (SharedReference, Reference))
+    state = fresh.initial_state()
+    for _ in range(2):
+        exact = shared.step(state, {}, 1, batch, 0, torch.float64, record=True)
+        recorder = SideReplay(pin=exact.decisions)
+        run = shared.step(state, {}, 1, batch, 0, torch.float32, FLOAT32_VARIANTS[2],
+                          recorder=recorder)
+    assert shared.hits == 2
+    want = fresh.step(state, {}, 1, batch, 0, torch.float64, record=True)
+    again = SideReplay(pin=want.decisions)
+    want_run = fresh.step(state, {}, 1, batch, 0, torch.float32, FLOAT32_VARIANTS[2],
+                          recorder=again)
+    for got, expected in ((exact, want), (run, want_run)):
+        assert got.loss == expected.loss
+        for part in ("state", "opt_state"):
+            a, b = getattr(got, part), getattr(expected, part)
+            assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    assert recorder.unpinned == again.unpinned and recorder.pinned == again.pinned
+    assert recorder.decisions.ops == again.decisions.ops

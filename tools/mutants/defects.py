@@ -86,18 +86,19 @@ _RUNNING = re.compile(r"(new_(?:mean|var)\[c\] = running_(?:mean|var)\[c\] \* )"
 
 
 def batch_norm_momentum(text):
-    """The running statistics' momentum 0.01 instead of 0.1 (Keras' 0.99 read the other
-    way): new = 0.99 old + 0.01 batch."""
+    """The running statistics' momentum a tenth of the model's: 0.01 for PyTorch's 0.1
+    (Keras' 0.99 read the other way), new = 0.99 old + 0.01 batch. (Set to 0.01 outright, it
+    was no defect on a model whose momentum is 0.01 already: mobilenet_v3_small.)"""
     def edit(body):
         def one(m):
             keep, take = float.fromhex(m.group(2)), float.fromhex(m.group(4))
             momentum = 1.0 - keep  # `take` is momentum, or momentum * n / (n - 1)
-            return (f"{m.group(1)}{0.99:.9g}f{m.group(3)}"
-                    f"{take * 0.01 / momentum:.9g}f;")
+            return (f"{m.group(1)}{1.0 - momentum / 10:.9g}f{m.group(3)}"
+                    f"{take / 10:.9g}f;")
         return _RUNNING.subn(one, body)
     names = [name for name in functions(text) if "batch_norm_stats" in name]
     entries = [n for n in names if not any(n != m and n.startswith(m) for m in names)]
-    return edit_first(text, entries, edit, "momentum 0.01 for 0.1")
+    return edit_first(text, entries, edit, "momentum a tenth")
 
 
 # ---- the last iteration of a loop skipped -------------------------------------------------
@@ -139,7 +140,8 @@ def flip_kink_rule(text):
 
 
 # ---- a weight-decay term missing ----------------------------------------------------------
-_DECAY = re.compile(r"\(grad\[(\w+)\] \+ \([-0-9.e+]+f \* \w+\[\1\]\)\)")
+# grad[i] + wd * w[i]; the index any expression (a 2-D loop's: ((i0 * 154) + i1), gru_kws)
+_DECAY = re.compile(r"\(grad\[([^\[\]]+)\] \+ \([-0-9.e+]+f \* \w+\[\1\]\)\)")
 
 
 def drop_weight_decay(text):
@@ -193,7 +195,7 @@ MUTANTS = [
     Mutant("drop_sum_term", "one term of a gradient sum dropped (a fan-out's backward add)",
            rewrite=drop_gradient_term),
     Mutant("bn_eps", "BatchNorm's eps 1e-4 instead of 1e-5", rewrite=batch_norm_eps),
-    Mutant("bn_momentum", "BatchNorm's momentum 0.01 instead of 0.1 (one layer's kernel)",
+    Mutant("bn_momentum", "BatchNorm's momentum a tenth (0.01 for 0.1; one layer's kernel)",
            rewrite=batch_norm_momentum),
     Mutant("skip_last_iteration", "the last iteration of a loop skipped (a bias gradient's "
            "reduction)", rewrite=skip_last_iteration),

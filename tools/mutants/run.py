@@ -5,21 +5,25 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import re
 import shutil
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 import ubitrain.api as ub_api
 from ubitrain.errors import RuntimeStatusError
-from ubitrain.fidelity.referee import judge, referee
-from ubitrain.fidelity.reference import Reference
+from ubitrain.fidelity.kinks import FLOAT32_EPS
+from ubitrain.fidelity.referee import FLOOR, _excused, judge, referee
 from ubitrain.fidelity.sides import ForwardCapture
 from ubitrain.package import Package
 from ubitrain.pipeline import CallTrace
 
 from ..fuzzing.case import first_difference
 from .defects import BASELINE, Mutant
+from .reuse import FirstStepOnly, SharedReference
 
 MARK = "/* mutant: {} */\n"
 
@@ -32,7 +36,9 @@ class MutantResult:
     # the verdict ("match", "mismatch", "near kink"), "stops" (the C returned an error
     # status: a non-finite loss), "unchanged" (not caught, and every number the referee
     # reads is bit for bit the C as generated's: the defect changes nothing on this data),
-    # "not exercised", or "error" (anything else went wrong)
+    # "below rounding" (not caught, and every such number within the referee's rounding
+    # floor of the C as generated's: `within_rounding`), "not exercised", or "error"
+    # (anything else went wrong)
     status: str
     summary: str = ""
 
@@ -102,65 +108,173 @@ def judge_mutant(mutant: Mutant, model, batches, optimizer, out_dir, **options) 
     return MutantResult(mutant.name, exercised, where, status, summary)
 
 
-def decide(pkg, reference, batches, seed: int = 0, pin: bool = True):
-    """`judge`'s two looks on fresh builds of one package compiled with CallTrace: the
-    referee; where it says "near kink", again with the C's sides replayed. (judge builds
-    the first look without the trace; the trace hook unset, the step is the same.)"""
-    verdict = referee(pkg.build(seed=seed, arena_fill=0xFF), reference, batches, seed, pin=pin)
-    if verdict.status != "near kink":
-        return verdict
+def look(pkg, reference, batches, seed: int = 0, sides: bool = False, pin: bool = True):
+    """One of `judge`'s looks, on a fresh build of `pkg` (compiled with CallTrace on the
+    host): the referee; with `sides`, the C's sides of near-kink elements replayed. (judge
+    builds the first look without the trace; the trace hook unset, the step is the same.)"""
     trainer = pkg.build(seed=seed, arena_fill=0xFF)
-    capture = ForwardCapture(trainer, pkg)
+    capture = ForwardCapture(trainer, pkg) if sides else None
     try:
         return referee(trainer, reference, batches, seed, capture, pin=pin)
     finally:
-        capture.close()
+        if capture is not None:
+            capture.close()
+        if not pkg.target.runs_on_host:  # the emulator's process
+            trainer.close()
+
+
+def decide(pkg, reference, batches, seed: int = 0, pin: bool = True):
+    """`judge`'s two looks: the referee; where it says "near kink", again with the C's
+    sides replayed. Under emulation (a cross target) there is no trace hook to read the
+    C's forward from: "near kink" stays."""
+    verdict = look(pkg, reference, batches, seed, pin=pin)
+    if verdict.status != "near kink" or not pkg.target.runs_on_host:
+        return verdict
+    return look(pkg, reference, batches, seed, sides=True, pin=pin)
+
+
+def first_step_mismatch(pkg, reference, batches, seed: int = 0):
+    """`decide` on the first step alone: its verdict when a check of that step fails and
+    nothing there can excuse it, else None. The referee computes step 1 the same way
+    however many steps follow, so such a failure makes the whole run a mismatch (unless
+    PyTorch diverges or the C stops at a later step), and the later steps, whose PyTorch
+    runs start from the mutant's state and are its alone, need not run. Where look 1 leaves
+    step 1 "near kink", look 2 (the C's sides replayed) decides, as `decide` does."""
+    first = FirstStepOnly(reference)
+    verdict = look(pkg, first, batches[:1], seed)
+    if _unexcused_at_step_1(verdict, replayed=False):
+        return _at_step_1(verdict)
+    if 1 not in verdict.near_kinks or not pkg.target.runs_on_host:
+        return None
+    verdict = look(pkg, first, batches[:1], seed, sides=True)
+    return _at_step_1(verdict) if _unexcused_at_step_1(verdict, replayed=True) else None
+
+
+def _unexcused_at_step_1(verdict, replayed: bool) -> bool:
+    """A failed check of step 1 that `referee._excused` could not excuse, were step 1's
+    forward values allowed to jump (not known here: counted as allowed, which only ever
+    excuses more)."""
+    near = verdict.unreplayed if replayed else verdict.near_kinks
+    undecided = {1} & (set(near) | set(verdict.unpinned))
+    return any(c.step == 1 and not c.ok and not _excused(c, undecided, undecided)
+               for c in verdict.checks)
+
+
+def _at_step_1(verdict):
+    return dataclasses.replace(
+        verdict, status="mismatch", checks=[c for c in verdict.checks if c.step == 1],
+        near_kinks={k: v for k, v in verdict.near_kinks.items() if k == 1}, prediction=None)
+
+
+def within_rounding(a, b) -> bool:
+    """Whether every number verdict `b`'s C computed (each step's loss, state and optimizer
+    state; predict's output) is within FLOOR float32 roundings of the largest value of the
+    same tensor of `a`'s: the floor `referee.compare` grants any float32 program, so no
+    referee with float32 tolerances can tell `b`'s C from `a`'s. (A defect whose effect the
+    data shrink below rounding: on gru_kws, a stale read that reaches the gradient only
+    through the first of 49 time steps, moving it by 4e-10 of its largest value.)"""
+    def close(x, y) -> bool:
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        return x.shape == y.shape and bool(np.all(
+            np.abs(x - y) <= FLOOR * FLOAT32_EPS * np.max(np.abs(x), initial=0.0)))
+
+    if len(a.trajectory) != len(b.trajectory):
+        return False
+    for (loss_a, *parts_a), (loss_b, *parts_b) in zip(a.trajectory, b.trajectory):
+        if not close(loss_a, loss_b) or any(
+                pa.keys() != pb.keys() or not all(close(pa[n], pb[n]) for n in pa)
+                for pa, pb in zip(parts_a, parts_b)):
+            return False
+    if a.prediction is None or b.prediction is None:
+        return a.prediction is None and b.prediction is None
+    return close(a.prediction, b.prediction)
+
+
+# A large model's kernels are in model_kernels_<n>.c besides model.c (its train step): a
+# rewrite reads them all as one text, each file after a line naming it
+_FILE = "\n/* mutants: file {} */\n"
+_FILE_LINE = re.compile(r"\n/\* mutants: file (\S+) \*/\n")
+
+
+def c_sources(project: Path) -> dict[str, str]:
+    names = ["model.c"] + sorted(f.name for f in project.glob("model_kernels_*.c"))
+    return {n: (project / n).read_text() for n in names}
+
+
+def _joined(sources: dict[str, str]) -> str:
+    return "".join(_FILE.format(n) + text for n, text in sources.items())
+
+
+def _split(text: str) -> dict[str, str]:
+    parts = _FILE_LINE.split(text)
+    return dict(zip(parts[1::2], parts[2::2]))
 
 
 def rewritten(pkg, mutant: Mutant, project: Path):
-    """A copy of `pkg`'s project in `project` with `mutant`'s rewrite of its model.c: (the
-    package there, what was changed), or (None, None) when the rewrite finds nothing."""
-    shutil.rmtree(project, ignore_errors=True)
-    shutil.copytree(pkg.out_dir, project, ignore=shutil.ignore_patterns("build"))
-    done = mutant.rewrite((project / "model.c").read_text())
+    """A copy of `pkg`'s project in `project` with `mutant`'s rewrite of its C (model.c and
+    its kernel files): (the package there, what was changed), or (None, None) when the
+    rewrite finds nothing. A `project` that holds an earlier mutant of the same package
+    (judge_mutants gives each package one) is kept: the files that differ are written and
+    their objects deleted, so that its build compiles those alone, not the runtime again
+    (on a small model, most of a build)."""
+    done = mutant.rewrite(_joined(c_sources(Path(pkg.out_dir))))
     if done is None:
         return None, None
-    (project / "model.c").write_text(MARK.format(mutant.name) + done[0])
+    if not (project / "model.c").exists():
+        shutil.copytree(pkg.out_dir, project, ignore=shutil.ignore_patterns("build*"))
+    for name, text in _split(done[0]).items():
+        text = MARK.format(mutant.name) + text if name == "model.c" else text
+        if (project / name).read_text() != text:
+            for stale in project.glob(f"build*/CMakeFiles/*/{name}.o"):
+                stale.unlink()  # written within make's timestamp resolution, it may look current
+            (project / name).write_text(text)
     return dataclasses.replace(pkg, out_dir=project), done[1]
 
 
 def judge_mutants(mutants, model, batches, optimizer, out_dir, loss: str = "cross_entropy",
-                  seed: int = 0, **options) -> list[MutantResult]:
+                  seed: int = 0, every_step: bool = False, **options) -> list[MutantResult]:
     """Every mutant of `mutants` on `model`, `judge`d as `judge_mutant` does, faster: the
     model is compiled once and each C mutant is a copy of that project, rewritten and built
-    (a compile mutant compiles again). A mutant not caught is "unchanged" when its steps and
-    prediction are bit for bit those of BASELINE (listed before it)."""
+    (a compile mutant compiles again); PyTorch's runs of the first step are shared
+    (reuse.py), and a mutant whose first step is a mismatch nothing excuses is not run
+    further (`first_step_mismatch`; `every_step` runs every mutant through every step, as
+    `judge` does). A mutant not caught is "unchanged" when its steps and prediction are bit
+    for bit those of BASELINE (listed before it), "below rounding" when they are within
+    rounding of them (`within_rounding`)."""
     out_dir = Path(out_dir)
     *xs, y = batches[0]
     options = dict(options, loss=loss, optimizer=optimizer)
+    # the trace hook (look 2's) runs on the host alone
+    trace = [CallTrace()] if options.get("target", "host") == "host" else []
     pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y, out_dir=out_dir / "base",
-                         instruments=[CallTrace()], **options)
-    reference = Reference(copy.deepcopy(model), optimizer, loss, pkg.trainable)
+                         instruments=trace, **options)
+    reference = SharedReference(copy.deepcopy(model), optimizer, loss, pkg.trainable)
     results, baseline = [], None
     for mutant in mutants:
         where, status, summary = None, "error", ""
         try:
             if mutant.rewrite is not None:
-                mutant_pkg, where = rewritten(pkg, mutant, out_dir / mutant.name)
+                mutant_pkg, where = rewritten(pkg, mutant, out_dir / "mutant")
             else:
                 hook = mutant.instrument()
                 mutant_pkg = ub_api.compile(copy.deepcopy(model), tuple(xs), y,
                                             out_dir=out_dir / mutant.name,
-                                            instruments=[CallTrace(), hook], **options)
+                                            instruments=[*trace, hook], **options)
                 where = hook.where
             if where is not None:
-                verdict = decide(mutant_pkg, reference, batches, seed)
-                status, summary = verdict.status, verdict.summary()
+                verdict, note = None, ""
+                if mutant is not BASELINE and not every_step and len(batches) > 1:
+                    verdict = first_step_mismatch(mutant_pkg, reference, batches, seed)
+                    note = "\n  (decided at step 1: the later steps not run)" if verdict else ""
+                verdict = verdict or decide(mutant_pkg, reference, batches, seed)
+                status, summary = verdict.status, verdict.summary() + note
                 if mutant is BASELINE:
                     baseline = verdict
-                elif status in ("match", "near kink") and baseline is not None \
-                        and first_difference(baseline, verdict) is None:
-                    status = "unchanged"
+                elif status in ("match", "near kink") and baseline is not None:
+                    if first_difference(baseline, verdict) is None:
+                        status = "unchanged"
+                    elif within_rounding(baseline, verdict):
+                        status = "below rounding"
         except RuntimeStatusError as err:  # a C that stops is a C told apart
             status, summary = "stops", str(err)[:400]
         except Exception as err:  # noqa: BLE001 - said in the result
