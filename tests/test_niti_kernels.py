@@ -267,14 +267,19 @@ def test_update_renormalizes_the_gradient_as_numpy(kernels, kind, n):
     assert 0 < shifted < TRIALS
 
 
+def _spread_int8s(rng, shape):
+    """int8 values within +-spread, spread 0 (a constant channel) to 127."""
+    spread = int(rng.integers(0, 128))
+    return rng.integers(-spread, spread + 1, shape).astype(np.int8)
+
+
 def test_batch_norm_normalizes_and_moves_its_statistics_as_numpy(kernels):
     """NITI's integer BatchNorm (niti/batch_norm.py): x_hat, the square root (integer Newton
     against math.isqrt) and the running statistics, over spreads from a constant channel to
     the whole int8 range and exponents far apart."""
     rng = np.random.default_rng(8)
     for _ in range(TRIALS):
-        spread = int(rng.integers(0, 128))
-        q = rng.integers(-spread, spread + 1, (4, 3, 5, 6)).astype(np.int8)
+        q = _spread_int8s(rng, (4, 3, 5, 6))
         e = _exponent(rng, -12, 4)
         e_mean, e_var = e - int(rng.integers(0, 12)), 2 * e - int(rng.integers(0, 12))
         mean, var = _int32s(rng, (3,)) >> 8, np.abs(_int32s(rng, (3,))) >> 8
@@ -293,8 +298,7 @@ def test_batch_norm_normalizes_and_moves_its_statistics_as_numpy(kernels):
 def test_batch_norm_backward_as_numpy(kernels):
     rng = np.random.default_rng(9)
     for _ in range(TRIALS):
-        spread = int(rng.integers(0, 128))
-        q = rng.integers(-spread, spread + 1, (4, 3, 5, 6)).astype(np.int8)
+        q = _spread_int8s(rng, (4, 3, 5, 6))
         x_hat, (r, g) = batch_norm.normalize(q)
         d_hat = rng.integers(-127, 128, q.shape).astype(np.int8)
         (dx,) = kernels["batch_norm_backward"](d_hat, x_hat, r, g.astype(np.int32))
@@ -319,8 +323,7 @@ def test_the_square_root_is_the_floor_at_every_bit_length(kernels):
 def test_batch_norm_evaluates_with_the_running_statistics_as_numpy(kernels):
     rng = np.random.default_rng(11)
     for _ in range(TRIALS):
-        spread = int(rng.integers(0, 128))
-        q = rng.integers(-spread, spread + 1, (4, 3, 5, 6)).astype(np.int8)
+        q = _spread_int8s(rng, (4, 3, 5, 6))
         e = _exponent(rng, -12, 4)
         e_mean, e_var = e - int(rng.integers(-4, 12)), 2 * e - int(rng.integers(-4, 12))
         mean, var = _int32s(rng, (3,)) >> 8, np.abs(_int32s(rng, (3,))) >> 8
