@@ -1,8 +1,9 @@
 /* ubitrain hexagon-v66: the maths of a freestanding Hexagon build, written for it.
  *
  * Hexagon has no divide instruction and this build has no compiler-rt, so
- * __hexagon_divsf3 (the routine the compiler calls for `a / b` on floats) and
- * __hexagon_divdi3 (on int64: NITI's softmax gradient) are here too.
+ * __hexagon_divsf3 (the routine the compiler calls for `a / b` on floats),
+ * __hexagon_divdi3 (on int64: NITI's softmax gradient) and __hexagon_udivdi3 (on uint64:
+ * the integer BatchNorm's rounded divisions) are here too.
  * Division and square root are correctly rounded (integer long division and integer square
  * root), so they agree with the host bit for bit. exp, log and tanh use the textbook range
  * reductions with Taylor polynomials evaluated in float: within about 2 ulp of the correctly
@@ -66,6 +67,9 @@ int64_t __hexagon_divdi3(int64_t a, int64_t b) {
     const uint64_t q = ub_udiv64(ua, ub);
     return (a < 0) != (b < 0) ? (int64_t)(0u - q) : (int64_t)q;
 }
+
+uint64_t __hexagon_udivdi3(uint64_t a, uint64_t b);
+uint64_t __hexagon_udivdi3(uint64_t a, uint64_t b) { return ub_udiv64(a, b); }
 
 float __hexagon_divsf3(float a, float b);
 float __hexagon_divsf3(float a, float b) {
