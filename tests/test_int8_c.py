@@ -58,6 +58,12 @@ def test_int8_parameters_load_and_errors(tmp_path):
         ub.compile(nn.Sequential(nn.Conv2d(1, 2, 3, bias=False), nn.ReLU(), nn.BatchNorm2d(2),
                                  nn.Flatten(), nn.Linear(72, 3, bias=False)),
                    (x,), y % 3, precision="int8", out_dir=tmp_path / "bad")
+    with pytest.raises(ub.UnsupportedOpError, match=r"needs affine=True .*\b1 \(BatchNorm2d"
+                                                    r"\(affine=False.*batch_norm='fold'"):
+        ub.compile(nn.Sequential(nn.Conv2d(1, 2, 3, bias=False), nn.BatchNorm2d(2, affine=False),
+                                 nn.Flatten(), nn.Linear(72, 3, bias=False)),
+                   (x,), y % 3, precision="int8", optimizer=ub.NITI(batch_norm="integer"),
+                   out_dir=tmp_path / "bad")
     with pytest.raises(ub.CompileError, match="ub.NITI"):
         ub.compile(niti_net(), (x,), y, precision="int8", optimizer=ub.SGD(0.1),
                    out_dir=tmp_path / "bad")

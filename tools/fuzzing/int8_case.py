@@ -4,17 +4,21 @@ precision="int8" and checked bit for bit against NITI's numpy reference
 
 The draw is the float fuzzer's (graphs.py) restricted to what NITI has an integer form
 for: convs (plain, strided, padded, grouped, depthwise; not dilated), Linear on features,
-ReLU, BatchNorm (folded into the layer before it; one that follows anything else is refused
-as unsupported), max and average pooling over windows that tile the map, the global
+ReLU, BatchNorm, max and average pooling over windows that tile the map, the global
 average, residual adds of equal shapes, concat on any axis, and flatten; 4-D inputs and
 cross-entropy (the head concatenates the leaves). NITI's mu, the rescaling (counted or
 adaptive, intervals up to 4) and 1 to 3 steps are drawn too.
+
+The BatchNorm mode is drawn first, from a stream of its own (so a "fold" case draws the
+graph it drew before the mode existed): "fold" takes a BatchNorm only after a conv (folded
+into it), "integer" after any node (NITI's integer BatchNorm with batch statistics).
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +26,7 @@ import torch
 
 import ubitrain as ub
 from ubitrain.fidelity.niti_check import compare_with_reference
-from ubitrain.int8.update import NITI
+from ubitrain.int8.update import BATCH_NORMS, NITI
 
 from .case import Outcome, run_guarded, seeded_batches
 from .graphs import Graph, instantiate, random_graph
@@ -31,10 +35,11 @@ INT8_OPS = ("conv2d", "linear", "relu", "batch_norm", "max_pool2d", "avg_pool2d"
             "global_avg_pool", "binary", "cat", "flatten")
 
 
-def accepts(name: str, a: dict, shapes: list[tuple], producers: list[str]) -> bool:
+def accepts(name: str, a: dict, shapes: list[tuple], producers: list[str],
+            batch_norm: str = "fold") -> bool:
     """Whether a node the float draw made is in the int8 op set's reach."""
-    if name == "batch_norm":  # folded into the conv before it
-        return producers[0] == "conv2d"
+    if name == "batch_norm":  # folded into the conv before it, or an integer BatchNorm
+        return batch_norm == "integer" or producers[0] == "conv2d"
     if name == "conv2d":
         return a["d"] == 1 and a["pad"] != "same"
     if name == "linear":
@@ -59,12 +64,15 @@ class Int8Case:
     steps: int
 
 
-def draw_int8_case(seed: int) -> Int8Case:
+def draw_int8_case(seed: int, batch_norm: str | None = None) -> Int8Case:
+    """The case of `seed`; `batch_norm` overrides the drawn mode (a seed found before the
+    mode was drawn keeps its graph with "fold")."""
+    batch_norm = batch_norm or random.Random(f"{seed}:batch_norm").choice(BATCH_NORMS)
     rng = random.Random(seed)
-    graph = random_graph(rng, INT8_OPS, accepts, _input_shape)
+    graph = random_graph(rng, INT8_OPS, partial(accepts, batch_norm=batch_norm), _input_shape)
     graph = replace(graph, loss="cross_entropy", outputs=max(graph.outputs, 2))
     config = NITI(mu=(rng.randint(3, 6),), milestones=(), adaptive_rescale=rng.random() < 0.5,
-                  max_interval=rng.choice([1, 2, 4]))
+                  max_interval=rng.choice([1, 2, 4]), batch_norm=batch_norm)
     return Int8Case(seed, graph, config, rng.randint(1, 3))
 
 

@@ -43,6 +43,8 @@ def check_integer_ops(model: torch.nn.Module, example_inputs: tuple,
                       batch_norm: bool = False) -> None:
     """Refuse a model with any op outside INTEGER_OPS (and BATCH_NORM_OPS with
     `batch_norm`), naming each by module."""
+    if batch_norm:
+        _check_integer_batch_norms(model)
     exported = export_module(model, example_inputs, training=True)
     known = {**INTEGER_OPS, **BATCH_NORM_OPS} if batch_norm else INTEGER_OPS
     problems = {f"{module_path(n)}: {op_label(n.target)}" for n in exported.graph.nodes
@@ -54,3 +56,18 @@ def check_integer_ops(model: torch.nn.Module, example_inputs: tuple,
             f"precision='int8': no integer (NITI) form for {'; '.join(sorted(problems))}. "
             f"The integer ops are: {ops}, with BatchNorm folded into the conv or linear "
             "before it. Train such a model with precision='fp32'")
+
+
+def _check_integer_batch_norms(model: torch.nn.Module) -> None:
+    """An integer BatchNorm is gamma x_hat + beta with running statistics: refuse, by name,
+    one without them (folding takes it: it needs neither)."""
+    bare = [f"{name} ({type(m).__name__}(affine={m.affine}, "
+            f"track_running_stats={m.track_running_stats}))"
+            for name, m in model.named_modules()
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+            and not (m.affine and m.track_running_stats)]
+    if bare:
+        raise UnsupportedOpError(
+            f"precision='int8': NITI's integer BatchNorm needs affine=True and "
+            f"track_running_stats=True; {', '.join(bare)} has not. Give it both, or fold it "
+            "into the conv before it: optimizer=ub.NITI(batch_norm='fold')")
