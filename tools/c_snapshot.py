@@ -4,6 +4,7 @@ snapshots: how a refactor shows that it leaves the C byte-identical.
     python -m tools.c_snapshot fuzz 0:1000 OUT [--jobs 2] [--traced-every 10]
                                 [--disabled-from OTHER/disabled.json]
     python -m tools.c_snapshot real OUT
+    python -m tools.c_snapshot int8 0:40 OUT
     python -m tools.c_snapshot compare BEFORE AFTER
 
 Run `fuzz` and `real` with PYTHONPATH at each checkout's codegen/ (and the checkout itself,
@@ -11,6 +12,8 @@ for tools/). Per seed: variant A with every pass, B with the passes the seed swi
 (--disabled-from reuses another checkout's draw, since the draw follows the pipeline's
 order), T traced (every 10th seed). Each project (without build/; weights.bin as its sha256)
 is copied to OUT/<case>/<variant>/ with the compile folder's path replaced by <OUT>.
+`int8`: the int8 fuzzer's seeds (their drawn NITI config) and tools/int8_models.py's nets
+with each BatchNorm mode.
 `compare` ignores what a relocatable project changed on purpose: model.c's weights.bin
 lines, CMakeLists.txt's toolchain comment, a cross project's toolchains/, package.json.
 """
@@ -128,6 +131,42 @@ def real(out: Path):
             print(model.name, batch, flush=True)
 
 
+def int8(seeds: range, out: Path):
+    import torch
+
+    import ubitrain as ub
+    from tools.fuzzing.graphs import instantiate
+    from tools.fuzzing.int8_case import draw_int8_case
+    from tools.int8_models import MODEL_IDS, MODELS, int8_batches
+    from ubitrain.int8.update import BATCH_NORMS
+
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    cases = {}
+    for seed in seeds:
+        case = draw_int8_case(seed)
+        x = torch.randn(case.graph.input_shape, generator=torch.Generator().manual_seed(seed))
+        y = torch.arange(x.shape[0]) % max(case.graph.outputs, 2)
+        cases[f"int8_{seed}"] = (lambda c=case: instantiate(c.graph, c.seed), x, y, case.config)
+    x, y = int8_batches(1)[0]
+    for make, name in zip(MODELS, MODEL_IDS):
+        for mode in BATCH_NORMS:
+            cases[f"{name}_{mode}"] = (make, x, y, ub.NITI(batch_norm=mode))
+    for name, (make, x, y, config) in cases.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            torch.manual_seed(0)
+            d = Path(tmp) / "model"
+            try:
+                ub.compile(make(), (x,), y, precision="int8", optimizer=config, out_dir=d,
+                           progress=False)
+            except ub.UbitrainError as err:
+                (out / name).mkdir(parents=True, exist_ok=True)
+                (out / name / "A.error").write_text(f"{type(err).__name__}: {err}\n")
+            else:
+                keep(d, out / name / "A")
+        print(name, flush=True)
+
+
 # ---- compare --------------------------------------------------------------------------------
 WEIGHTS = re.compile(r"/\* ---- weights\.bin:.*?#endif\n", re.S)
 TOOLCHAIN_COMMENT = re.compile(r"^# (A ubitrain target|[a-z0-9-]+): cmake -S \. -B build "
@@ -188,6 +227,9 @@ def main():
                    help="JSON {seed: [passes]}: variant B's passes of another version")
     r = sub.add_parser("real")
     r.add_argument("out", type=Path)
+    i = sub.add_parser("int8")
+    i.add_argument("seeds")
+    i.add_argument("out", type=Path)
     d = sub.add_parser("draws", help="this checkout's variant-B passes per seed, as JSON")
     d.add_argument("seeds")
     d.add_argument("out", type=Path)
@@ -200,6 +242,8 @@ def main():
     if a.what == "compare":
         sys.exit(compare(a.before, a.after))
     lo, hi = map(int, a.seeds.split(":"))
+    if a.what == "int8":
+        return int8(range(lo, hi), a.out)
     if a.what == "draws":
         draw_case, _ = _imports()
         a.out.write_text(json.dumps({s: list(draw_case(s).disabled) for s in range(lo, hi)}))
