@@ -7,7 +7,7 @@ Lowering:
     integer_ops           every op one with an integer form (training/niti_ops.py)
     trace                 the model traced, its loss appended, differentiated (Relax)
     niti_graph            the functions and state made NITI's integer ones
-                          (training/niti_module.py, training/niti_graph.py)
+                          (training/niti_module.py, training/niti_graph.py and its rules)
     kernel_library        where each kernel is printed once
     legalize_fused_ops    NITI's integer ops (lowering/niti_kernels.py) as TIR
     legalize              every other Relax op as a TIR PrimFunc

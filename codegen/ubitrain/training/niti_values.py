@@ -1,0 +1,62 @@
+"""The integer forms a float value takes in the NITI rewrite (niti_graph.py): int8 values
+with an exponent, an int32 accumulator, an integer parameter, and the markers the rules pass
+between them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import relax
+
+INT8, INT32 = "int8", "int32"
+
+
+@dataclass
+class Quantized:
+    q: relax.Expr  # int8
+    e: relax.Expr  # int32 (1,)
+
+
+@dataclass
+class Accumulator:
+    total: relax.Expr  # int32
+    exponents: list  # int32 (1,) tensors whose sum is its exponent
+    error_sum: bool = False  # an error summed over the batch (a bias's gradient)
+    view: tuple | None = None  # (accumulator, make): a reshape of it, narrowed as it is
+
+
+@dataclass
+class Parameter:
+    name: str
+    var: relax.Var  # int8 (a weight) or int32 (a bias, a BatchNorm's running statistic)
+    e: relax.Var | None  # None: a count (BatchNorm's num_batches_tracked), no exponent
+
+
+@dataclass
+class ZeroGradient:
+    """A parameter's adjoint that Relax knows to be zero (its layer reads only padding)."""
+
+    shape: tuple[int, ...]
+
+
+@dataclass
+class BatchNormSaved:
+    """What an integer BatchNorm's backward reads from its forward (niti/batch_norm.py)."""
+
+    x_hat: relax.Expr  # int8 at exponent -F
+    r: relax.Expr  # int64 [C]
+    g: relax.Expr  # int32 [C]
+    x_e: relax.Expr  # the input's exponent
+
+
+@dataclass
+class Mask:
+    mask: relax.Expr  # bool
+
+
+def shape_of(expr) -> tuple[int, ...]:
+    return tuple(int(d) for d in expr.ty.shape)
+
+
+def dtype_of(expr) -> str:
+    return str(expr.ty.dtype)
