@@ -57,7 +57,8 @@ def test_int8_parameters_load_and_errors(tmp_path):
     with pytest.raises(ub.UnsupportedOpError, match="BatchNorm 2 .* cannot be folded"):
         ub.compile(nn.Sequential(nn.Conv2d(1, 2, 3, bias=False), nn.ReLU(), nn.BatchNorm2d(2),
                                  nn.Flatten(), nn.Linear(72, 3, bias=False)),
-                   (x,), y % 3, precision="int8", out_dir=tmp_path / "bad")
+                   (x,), y % 3, precision="int8", optimizer=ub.NITI(batch_norm="fold"),
+                   out_dir=tmp_path / "bad")
     with pytest.raises(ub.UnsupportedOpError, match=r"needs affine=True .*\b1 \(BatchNorm2d"
                                                     r"\(affine=False.*batch_norm='fold'"):
         ub.compile(nn.Sequential(nn.Conv2d(1, 2, 3, bias=False), nn.BatchNorm2d(2, affine=False),
@@ -71,6 +72,20 @@ def test_int8_parameters_load_and_errors(tmp_path):
         ub.compile(niti_net(), (x,), y, precision="int8", loss="mse", out_dir=tmp_path / "bad")
     with pytest.raises(ub.CompileError, match="milestones"):
         ub.NITI(mu=(5, 4), milestones=())
+
+
+def test_auto_batch_norm_is_integer_from_scratch_and_folded_once_trained(tmp_path):
+    """NITI(batch_norm="auto"), the default: a BatchNorm with PyTorch's initial statistics
+    (a net trained from scratch) trains NITI's integer BatchNorm; one that has seen batches
+    (a trained net, fine-tuned) is folded. The package says which."""
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 1, 6, 6), torch.tensor([0, 1, 2, 0])
+    net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU(), nn.Flatten(),
+                        nn.Linear(32, 3))
+    fresh = ub.compile(net, (x,), y, precision="int8", out_dir=tmp_path / "fresh")
+    net(x)  # the running statistics move: the net has seen a batch
+    trained = ub.compile(net, (x,), y, precision="int8", out_dir=tmp_path / "trained")
+    assert (fresh.config.batch_norm, trained.config.batch_norm) == ("integer", "fold")
 
 
 def test_float_fallback_ops_run_as_tables_bit_for_bit(tmp_path):

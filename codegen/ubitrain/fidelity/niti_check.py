@@ -34,7 +34,7 @@ def compare_with_reference(trainer, model, batches, config,
     """Train `trainer` (an int8 compile of `model` with its rescale sites fresh, `first_step`
     steps done) on `batches` of (x, labels) beside the reference with `config` (ub.NITI),
     from the trainer's parameters; stop at the first step that differs."""
-    integer_norms = getattr(config, "batch_norm", "fold") == "integer"
+    integer_norms = trainer.package.config.batch_norm == "integer"  # as the compile chose
     if not integer_norms:
         model = fold_batch_norms(model)  # what the compile trains
     mode = ADAPTIVE if config.adaptive_rescale else EXACT_COUNTED

@@ -25,7 +25,7 @@ DSP_CACHE_BYTES = 256 * 1024
 # Where the CPU part of a split step (dsp_offload) can run.
 CPU_TARGETS = ("host", "aarch64-neon")
 BATCH_NORMS = ("fold", "integer")  # folded into the conv before it, or NITI's own with batch
-# statistics (niti/batch_norm.py)
+# statistics (niti/batch_norm.py); NITI(batch_norm="auto") picks one per model
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,9 @@ class NITI:
     "aarch64-neon" (the Android CPU; built with its NEON kernels, run under qemu-aarch64).
     batch_norm: "fold" (each BatchNorm folded into the conv or linear before it, with its
     running statistics) or "integer" (NITI's integer BatchNorm with batch statistics,
-    niti/batch_norm.py; the graph pipeline only).
+    niti/batch_norm.py; the graph pipeline only); "auto" chooses per model
+    (training/batch_norm_folding.py batch_norm_mode): "integer" for a net whose BatchNorms
+    have never seen a batch (trained from scratch), "fold" for a trained one (fine-tuning).
     dsp_cache_bytes: with target="hexagon-v66", the cache a weight-gradient convolution's
     working set (patches, errors, inputs of its images) must fit; it goes image chunk by image
     chunk when the batch does not fit (DSP_CACHE_BYTES by default)."""
@@ -55,7 +57,7 @@ class NITI:
     dsp_offload: bool = False
     cpu_target: str = "host"
     dsp_cache_bytes: int = DSP_CACHE_BYTES
-    batch_norm: str = "fold"
+    batch_norm: str = "auto"
 
     def __post_init__(self):
         mu, milestones = tuple(self.mu), tuple(self.milestones)
@@ -77,9 +79,9 @@ class NITI:
         if self.cpu_target not in CPU_TARGETS:
             raise CompileError(f"NITI(cpu_target={self.cpu_target!r}): the CPU part of a split "
                                f"step runs on one of {', '.join(CPU_TARGETS)}")
-        if self.batch_norm not in BATCH_NORMS:
+        if self.batch_norm not in ("auto", *BATCH_NORMS):
             raise CompileError(f"NITI(batch_norm={self.batch_norm!r}): give one of "
-                               f"{', '.join(map(repr, BATCH_NORMS))}")
+                               f"{', '.join(map(repr, ('auto', *BATCH_NORMS)))}")
         if self.dsp_cache_bytes < 1:
             raise CompileError(f"NITI(dsp_cache_bytes={self.dsp_cache_bytes}) must be positive")
         if not 1 <= self.max_interval <= 1 << 20:

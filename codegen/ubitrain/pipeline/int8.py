@@ -42,7 +42,7 @@ from ..memory.micro_batching import fit_micro_batched
 from ..niti.loss import MAX_CLASSES
 from ..niti.rescale import ADAPTIVE, EXACT_COUNTED
 from ..project.manifest import write_manifest
-from ..training.batch_norm_folding import fold_batch_norms
+from ..training.batch_norm_folding import batch_norm_mode, fold_batch_norms
 from ..training.niti_module import niti_training_module
 from ..training.niti_ops import check_integer_ops
 from . import fp32
@@ -50,9 +50,14 @@ from .steps import Pipeline, Rewrite, Step
 
 
 def fold_batch_norm(unit):
+    """NITI(batch_norm="auto") made the mode it means for this model (the package's config
+    says which); "fold" folds."""
     r = unit.request
-    if isinstance(r.model, torch.nn.Module) and r.optimizer.batch_norm == "fold":
-        unit.request = dataclasses.replace(r, model=fold_batch_norms(r.model))
+    mode = batch_norm_mode(r.optimizer.batch_norm, r.model)
+    config = dataclasses.replace(r.optimizer, batch_norm=mode)
+    model = fold_batch_norms(r.model) if mode == "fold" and isinstance(
+        r.model, torch.nn.Module) else r.model
+    unit.request = dataclasses.replace(r, optimizer=config, model=model)
 
 
 def integer_ops(unit):
