@@ -15,7 +15,9 @@ Reported: the board build's SRAM (.data + .bss, which hold the arena and the bat
 plus the stack the linker reserves) and flash from the ELF (arm-none-eabi-size), the arena
 against a full update's, accuracy on the digits 5-9 before and after, and every activation
 the step keeps from the forward pass for the backward, with the backward kernels that read
-it: why it is kept.
+it: why it is kept. Before fine-tuning, the pre-trained net's accuracy on the digits 0-4 in
+fp32, with its weights rounded to int8 at one power-of-two scale per tensor (NITI's) and per
+output channel (in PyTorch), and through the int8 C's predict: what int8 starts from.
 """
 
 from __future__ import annotations
@@ -88,6 +90,19 @@ def kept_activations(program) -> list[dict]:
     return sorted(out.values(), key=lambda e: -e["bytes"])
 
 
+def power_of_two_weights(model, per_channel: bool):
+    """A copy of `model` with each conv and linear weight rounded to int8 at a power-of-two
+    scale: one per tensor, or one per output channel."""
+    model = copy.deepcopy(model)
+    for p in model.parameters():
+        if p.dim() > 1:
+            top = p.detach().abs().flatten(1).amax(1) if per_channel else p.detach().abs().max()
+            scale = 2.0 ** torch.ceil(torch.log2(top.clamp_min(1e-30) / 127))
+            scale = scale.view(-1, *[1] * (p.dim() - 1)) if per_channel else scale
+            p.data = torch.clamp(torch.round(p.data / scale), -127, 127) * scale
+    return model
+
+
 def evaluate(predict, x, y) -> float:
     return accuracy(np.concatenate([predict(x[i:i + 1]) for i in range(len(x))]), y)
 
@@ -111,6 +126,14 @@ def main() -> None:
     model = fold_batch_norms(model.eval())  # what int8 trains; fp32 trains it too
     x_new, y_new = x_train[new], y_train[new]
     x_eval, y_eval = x_test[new_test][:args.test], y_test[new_test][:args.test]
+    x_old, y_old = x_test[~new_test][:args.test], y_test[~new_test][:args.test]
+
+    def torch_predict(net):
+        with torch.no_grad():
+            return lambda xs: net(torch.from_numpy(xs)).numpy()
+    old_classes = {name: evaluate(torch_predict(net), x_old, y_old) for name, net in (
+        ("fp32", model), ("int8_weights_per_tensor", power_of_two_weights(model, False)),
+        ("int8_weights_per_channel", power_of_two_weights(model, True)))}
     order = np.random.default_rng(args.seed).integers(0, len(x_new), args.steps)
     example, label = torch.from_numpy(x_new[:1]), torch.from_numpy(y_new[:1])
     results = {"size": args.size, "steps": args.steps, "rule": "biases + last layer"}
@@ -128,6 +151,7 @@ def main() -> None:
         with int8.build() as board:
             memory = board.device_memory
             before = evaluate(host.predict, x_eval, y_eval)
+            old_classes["int8_c"] = evaluate(board.predict, x_old, y_old)
             for i in order:
                 board.step(x_new[i:i + 1], y_new[i:i + 1])
                 host.step(x_new[i:i + 1], y_new[i:i + 1])
@@ -140,12 +164,15 @@ def main() -> None:
         full_update_arena_bytes=full.memory_plan.arena_bytes,
         trainable=len(int8.trainable), frozen_in_flash=len(int8.frozen_in_flash),
         accuracy_before=before, accuracy_int8=after_int8, accuracy_fp32=after_fp32,
+        old_classes_before=old_classes,
         kept_activations=kept)
     print(memory["summary"])
     print(f"SRAM {memory['sram_bytes']:,} B of the 256 KB line ({LIMIT:,} B): "
           f"{'within' if results['sram_within_256kb'] else 'OVER'}; arena "
           f"{results['arena_bytes']:,} B (full update: {results['full_update_arena_bytes']:,} B,"
           f" {results['full_update_arena_bytes'] / results['arena_bytes']:.1f}x)")
+    print(f"digits 0-4 before fine-tuning ({len(y_old)} test images): " + ", ".join(
+        f"{k.replace('_', ' ')} {v:.1%}" for k, v in old_classes.items()))
     print(f"digits 5-9 ({len(y_eval)} test images): {before:.1%} before; after {args.steps} "
           f"steps: int8 on the board {after_int8:.1%}, fp32 on the host {after_fp32:.1%}")
     print(f"activations kept for the backward ({sum(k['bytes'] for k in kept):,} B):")
