@@ -59,9 +59,10 @@ def test_int8_parameters_load_and_errors(tmp_path):
                                  nn.Flatten(), nn.Linear(72, 3, bias=False)),
                    (x,), y % 3, precision="int8", optimizer=ub.NITI(batch_norm="fold"),
                    out_dir=tmp_path / "bad")
-    with pytest.raises(ub.UnsupportedOpError, match=r"needs affine=True .*\b1 \(BatchNorm2d"
-                                                    r"\(affine=False.*batch_norm='fold'"):
-        ub.compile(nn.Sequential(nn.Conv2d(1, 2, 3, bias=False), nn.BatchNorm2d(2, affine=False),
+    with pytest.raises(ub.UnsupportedOpError, match=r"needs track_running_stats=True; 1 "
+                                                    r"\(BatchNorm2d.*batch_norm='fold'"):
+        ub.compile(nn.Sequential(nn.Conv2d(1, 2, 3, bias=False),
+                                 nn.BatchNorm2d(2, track_running_stats=False),
                                  nn.Flatten(), nn.Linear(72, 3, bias=False)),
                    (x,), y % 3, precision="int8", optimizer=ub.NITI(batch_norm="integer"),
                    out_dir=tmp_path / "bad")

@@ -276,7 +276,7 @@ class NitiGraphReference:
         """Integer BatchNorm (niti/batch_norm.py): y = gamma x_hat + beta, an accumulator."""
         q, e = args[0].int8()
         gamma, beta = args[1], args[2]
-        owner = self.names[node.args[1].name].rpartition(".")[0]
+        owner = self.buffers[node.args[3].name].rpartition(".")[0]  # its running mean's
         running = self.running[owner]
         if self.training:
             x_hat, r = bn.normalize(q)
@@ -285,6 +285,8 @@ class NitiGraphReference:
             running[:2] = bn.update_running(*running, q, e, momentum)
         else:
             x_hat = bn.normalize_running(q, e, *running)
+        if gamma is None:  # affine=False: y = x_hat
+            return Value(x_hat, -bn.F)
         shape = [1] * q.ndim
         shape[1] = -1
         total = x_hat * as_i64(gamma.q).reshape(shape)
@@ -312,14 +314,17 @@ class NitiGraphReference:
             return {args[0]: (err, ee)}
         if op == aten._native_batch_norm_legit_functional.default:
             x_hat, r, e_x = self.saved[node.name]
-            gamma = values[args[1]]
+            gamma = values.get(args[1])  # None: affine=False
             axes = (0,) + tuple(range(2, err.ndim))
             shape = [1] * err.ndim
             shape[1] = -1
-            out[args[1]] = ((as_i64(err) * x_hat).sum(axis=axes), ee - bn.F)
-            out[args[2]] = (as_i64(err).sum(axis=axes), ee)
-            d_hat, e_hat = self.narrow(as_i64(err) * gamma.q.reshape(shape), ee + gamma.e,
-                                       "x_hat error", node.name)
+            if gamma is None:  # affine=False: the error is x_hat's
+                d_hat, e_hat = err, ee
+            else:
+                out[args[1]] = ((as_i64(err) * x_hat).sum(axis=axes), ee - bn.F)
+                out[args[2]] = (as_i64(err).sum(axis=axes), ee)
+                d_hat, e_hat = self.narrow(as_i64(err) * gamma.q.reshape(shape), ee + gamma.e,
+                                           "x_hat error", node.name)
             dx, e_dx = bn.normalize_backward(d_hat, x_hat, r, e_x, e_hat)
             if args[0].op == "call_function":
                 out[args[0]] = self.narrow(dx, e_dx, "error", node.name)

@@ -30,7 +30,7 @@ def batch_norm_mode(requested: str, model) -> str:
     "integer" when a BatchNorm still has PyTorch's initial statistics (no batch tracked, mean
     0, variance 1: a net trained from scratch, whose BatchNorms need batch statistics;
     folding would freeze them at the identity) and every BatchNorm has what an integer one
-    needs (affine parameters, running statistics); "fold" otherwise, as for fine-tuning a
+    needs (running statistics); "fold" otherwise, as for fine-tuning a
     trained net. Measured on the residual digits net from scratch (docs/int8.md): integer
     97.85%, folded 95.85%, fp32 98.37%."""
     if requested != "auto":
@@ -40,7 +40,7 @@ def batch_norm_mode(requested: str, model) -> str:
     fresh = any(m.track_running_stats and int(m.num_batches_tracked) == 0
                 and bool((m.running_mean == 0).all()) and bool((m.running_var == 1).all())
                 for m in norms)
-    integer = all(m.affine and m.track_running_stats for m in norms)
+    integer = all(m.track_running_stats for m in norms)
     return "integer" if fresh and integer else "fold"
 
 

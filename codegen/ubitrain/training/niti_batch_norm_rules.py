@@ -45,37 +45,49 @@ def _channel_sum(rw: Rewriter, total):
 
 def batch_norm_train(rw: Rewriter, args, attrs):
     """NITI's integer BatchNorm (niti/batch_norm.py): x_hat from batch statistics, then
-    gamma x_hat + beta as an accumulator; the running statistics moved."""
+    gamma x_hat + beta as an accumulator (x_hat itself without affine parameters); the
+    running statistics moved."""
     x, gamma, beta, mean, var = args
-    if not all(isinstance(p, Parameter) for p in (gamma, beta, mean, var)):
-        raise UnsupportedOpError("precision='int8': a BatchNorm without affine parameters and "
-                                 "running statistics (affine=True, track_running_stats=True)")
+    if not all(isinstance(p, Parameter) for p in (mean, var)):
+        raise UnsupportedOpError("precision='int8': a BatchNorm without running statistics "
+                                 "(track_running_stats=True)")
     q = rw.quantized(x, "a BatchNorm's input")
     out = rw.emit(niti.batch_norm_train(q.q, q.e, mean.var, var.var, mean.e, var.e,
                                         attrs.get("momentum", 0.1)))
     x_hat, r, g, new_mean, new_var = (rw.emit(relax.TupleGetItem(out, i)) for i in range(5))
+    saved = BatchNormSaved(x_hat, r, g, q.e)
+    if not isinstance(gamma, Parameter):  # affine=False: y = x_hat
+        return [Quantized(x_hat, relax.const(np.array([-bn.F], np.int32))), saved, None,
+                new_mean, new_var]
     product = rw.emit(R.multiply(rw.emit(R.astype(x_hat, INT32)),
                                  _per_channel(rw, gamma.var, x_hat)))
     scaled = Accumulator(product, [gamma.e, relax.const(np.array([-bn.F], np.int32))])
     total = rw.emit(niti.align_bias(scaled.total, scaled.exponents, beta.var, beta.e))
     y = Accumulator(rw.emit(relax.TupleGetItem(total, 0)),
                     [*scaled.exponents, rw.emit(relax.TupleGetItem(total, 1))])
-    return [y, BatchNormSaved(x_hat, r, g, q.e), None, new_mean, new_var]
+    return [y, saved, None, new_mean, new_var]
 
 
 def batch_norm_backward(rw: Rewriter, args):
     """(dx, dgamma, dbeta): gamma's and beta's int32 sums; dx from x_hat's error narrowed."""
     _, gamma, saved, _, dy = args
     err = rw.quantized(dy, "a BatchNorm's output error")
+    if not isinstance(gamma, Parameter):  # affine=False: the error is x_hat's
+        return [_input_error(rw, err, saved), None, None]
     wide = rw.emit(R.astype(err.q, INT32))
     d_gamma = Accumulator(_channel_sum(rw, rw.emit(R.multiply(
         wide, rw.emit(R.astype(saved.x_hat, INT32))))), [err.e], error_sum=True)
     d_beta = Accumulator(_channel_sum(rw, wide), [err.e], error_sum=True)
     d_hat = rw.quantized(Accumulator(rw.emit(R.multiply(
         wide, _per_channel(rw, gamma.var, wide))), [err.e, gamma.e]), "a BatchNorm's x_hat")
+    return [_input_error(rw, d_hat, saved), d_gamma, d_beta]
+
+
+def _input_error(rw: Rewriter, d_hat: Quantized, saved: BatchNormSaved) -> Accumulator:
+    """dx (int32, at d_hat's exponent - 2F - the input's) from x_hat's error."""
     dx = rw.emit(niti.batch_norm_backward(d_hat.q, saved.x_hat, saved.r, saved.g))
-    return [Accumulator(dx, [d_hat.e, relax.const(np.array([-2 * bn.F], np.int32)),
-                             rw.emit(R.negative(saved.x_e))]), d_gamma, d_beta]
+    return Accumulator(dx, [d_hat.e, relax.const(np.array([-2 * bn.F], np.int32)),
+                            rw.emit(R.negative(saved.x_e))])
 
 
 @dataclass

@@ -164,7 +164,7 @@ class Rewriter:
         return rule(self, value, binding.var.name)
 
     def fused(self, call, op, attrs=None):
-        args = [self.env[a] for a in call.args[1].fields]
+        args = [self.env.get(a, a) for a in call.args[1].fields]  # or a constant
         if op == "batch_norm_train":
             return batch_norm_train(self, args, attrs or {})
         if op == "batch_norm_train_backward":

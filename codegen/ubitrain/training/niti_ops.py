@@ -59,15 +59,13 @@ def check_integer_ops(model: torch.nn.Module, example_inputs: tuple,
 
 
 def _check_integer_batch_norms(model: torch.nn.Module) -> None:
-    """An integer BatchNorm is gamma x_hat + beta with running statistics: refuse, by name,
-    one without them (folding takes it: it needs neither)."""
-    bare = [f"{name} ({type(m).__name__}(affine={m.affine}, "
-            f"track_running_stats={m.track_running_stats}))"
+    """An integer BatchNorm keeps running statistics for predict: refuse, by name, one
+    without them (folding takes it: it needs none)."""
+    bare = [f"{name} ({type(m).__name__}(track_running_stats=False))"
             for name, m in model.named_modules()
-            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
-            and not (m.affine and m.track_running_stats)]
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and not m.track_running_stats]
     if bare:
         raise UnsupportedOpError(
-            f"precision='int8': NITI's integer BatchNorm needs affine=True and "
-            f"track_running_stats=True; {', '.join(bare)} has not. Give it both, or fold it "
-            "into the conv before it: optimizer=ub.NITI(batch_norm='fold')")
+            f"precision='int8': NITI's integer BatchNorm needs track_running_stats=True; "
+            f"{', '.join(bare)} has not. Give it running statistics, or fold it into the "
+            "conv before it: optimizer=ub.NITI(batch_norm='fold')")
