@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..niti import channel_exponents
 from ..niti.rescale import ADAPTIVE, EXACT_COUNTED, SKIPS
 from ..niti.update import niti_update
 from ..training.batch_norm_folding import batch_norms, fold_batch_norms
@@ -52,13 +53,13 @@ def compare_with_reference(trainer, model, batches, config,
     state = trainer.int8_parameters()
     names = [n for n, _ in model.named_parameters()]
     trained = set(trainer.package.trainable)  # a frozen parameter keeps its values
-    params = {n: (state[n], int(state[f"{n}.exponent"][0])) for n in names}
+    params = {n: (state[n], _exponent(state[f"{n}.exponent"])) for n in names}
     out = NitiComparison()
     for step, (x, y) in enumerate(batches):
         x, y = np.asarray(x), np.asarray(y)
         loss = trainer.step(x, y)
         want_loss, grads = reference.step(x, y, params)
-        params = {n: (niti_update(v, grads[n], config.mu_at(first_step + step)).astype(v.dtype)
+        params = {n: (_updated(v, grads[n], e, config.mu_at(first_step + step))
                       if n in trained else v, e) for n, (v, e) in params.items()}
         got = trainer.int8_parameters()
         out.differences += [f"step {step}: {n} differs in {int((got[n] != params[n][0]).sum())}"
@@ -80,3 +81,14 @@ def compare_with_reference(trainer, model, batches, config,
         out.differences.append("predict's output differs")
     out.skipped = sum(int(row[SKIPS]) for row in reference.sites.rows.values())
     return out
+
+
+def _exponent(held: np.ndarray):
+    """A parameter's exponent: an int, or an int32 array of one per output channel."""
+    return held.astype(np.int32) if held.size > 1 else int(held[0])
+
+
+def _updated(value, grad, exponent, mu: int):
+    if np.ndim(exponent):
+        return channel_exponents.update(value, grad, exponent, mu)
+    return niti_update(value, grad, mu).astype(value.dtype)

@@ -40,6 +40,7 @@ from ..errors import UnsupportedOpError
 from ..frontend.torch_export import export_module
 from ..niti import batch_norm as bn
 from ..niti.align import align_bias, aligned_concat, aligned_sum
+from ..niti.channel_exponents import to_coarsest, weight_at_coarsest
 from ..niti.int_conv import conv2d, conv2d_input_grad, conv2d_weight_grad
 from ..niti.loss import cross_entropy, softmax_xent_grad
 from ..niti.pooling import AVERAGE_BITS, avg_pool, avg_pool_backward, max_pool, max_pool_backward
@@ -239,7 +240,10 @@ class NitiGraphReference:
                 stride, padding = _pair(args[3] if len(args) > 3 else 1, 1), \
                     _pair(args[4] if len(args) > 4 else 0, 0)
                 total = conv2d(x[0], w.q, stride, padding, _groups(args))
-            e = x[1] + w.e
+            e_w = w.e
+            if np.ndim(e_w):  # an exponent per output channel: to the coarsest
+                total, e_w = to_coarsest(total, e_w, axis=1)
+            e = x[1] + e_w
             if isinstance(bias, Value):
                 total, coarser = align_bias(total, e, bias.q, bias.e)
                 e += coarser
@@ -332,21 +336,22 @@ class NitiGraphReference:
         if op in (aten.conv2d.default, aten.linear.default):
             x, w = values[args[0]], values[args[1]]
             xq, xe = x.int8()
+            wq, we = weight_at_coarsest(w.q, w.e) if np.ndim(w.e) else (w.q, w.e)
             if op == aten.linear.default:
                 out[args[1]] = (err.T @ as_i64(xq), ee + xe)
-                total = err @ w.q
+                total = err @ wq
             else:
                 stride = _pair(args[3] if len(args) > 3 else 1, 1)
                 padding = _pair(args[4] if len(args) > 4 else 0, 0)
                 groups = _groups(args)
                 out[args[1]] = (conv2d_weight_grad(xq, err, w.q.shape[2:], stride, padding,
                                                    groups), ee + xe)
-                total = conv2d_input_grad(err, w.q, xq.shape, stride, padding, groups)
+                total = conv2d_input_grad(err, wq, xq.shape, stride, padding, groups)
             if len(args) > 2 and args[2] is not None:
                 axes = (0,) if err.ndim == 2 else (0, 2, 3)
                 out[args[2]] = (err.sum(axis=axes), ee)
             if args[0].op == "call_function":
-                out[args[0]] = self.narrow(total, ee + w.e, "error", node.name)
+                out[args[0]] = self.narrow(total, ee + we, "error", node.name)
             return out
         if op in (aten.relu.default, aten.relu_.default):
             return {args[0]: (np.where(values[node].q > 0, err, 0), ee)}

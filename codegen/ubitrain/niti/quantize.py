@@ -49,8 +49,13 @@ def dequantize(q, e: int) -> np.ndarray:
     return np.ldexp(as_i64(q).astype(np.float32), e).astype(np.float32)
 
 
-def quantize_weight(name: str, value: np.ndarray) -> tuple[np.ndarray, int]:
+def quantize_weight(name: str, value: np.ndarray, per_channel: bool = False):
+    """(int8, exponent) of a parameter; with `per_channel`, one exponent per output channel
+    (channel_exponents.py)."""
     try:
+        if per_channel:
+            from .channel_exponents import quantize_channels
+            return quantize_channels(value)
         return quantize(value)
     except ValueError:
         raise CompileError(f"parameter {name} holds inf or NaN; int8 training needs finite "

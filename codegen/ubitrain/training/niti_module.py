@@ -65,13 +65,16 @@ def _onnx_input_exponents(model, example_input: torch.Tensor) -> dict[str, int]:
             if node.op_type in ("Conv", "Gemm") and len(node.input) > 2 and node.input[2]}
 
 
-def integer_state(model, example_input, floats: dict[str, np.ndarray]
+def integer_state(model, example_input, floats: dict[str, np.ndarray], channels: bool = False
                   ) -> dict[str, tuple[np.ndarray, int]]:
     """{parameter name: (int8 weight or int32 bias, exponent)} of the float parameters
     `floats`. A BatchNorm's weight (gamma) is an int8 weight too, its bias (beta) an int32
-    bias at gamma's exponent - F (niti/batch_norm.py) - BIAS_FRACTION_BITS."""
+    bias at gamma's exponent - F (niti/batch_norm.py) - BIAS_FRACTION_BITS. `channels`: a conv
+    or linear weight has an exponent per output channel (niti/channel_exponents.py), and its
+    bias sits below the coarsest."""
     norms = _batch_norm_owners(model)
-    ints = {n: quantize_weight(n, v) for n, v in floats.items()
+    ints = {n: quantize_weight(n, v, per_channel=channels and v.ndim > 1)
+            for n, v in floats.items()
             if v.ndim > 1 or n.rpartition(".")[0] in norms and n.endswith(".weight")}
     inputs = None
     for name, value in floats.items():
@@ -93,7 +96,7 @@ def integer_state(model, example_input, floats: dict[str, np.ndarray]
                 raise UnsupportedOpError(f"precision='int8': bias {name} is not read by the "
                                          "conv, Gemm or MatMul of its weight; NITI has no "
                                          "integer form for it")
-            e = ints[weight][1] + inputs[owner] - BIAS_FRACTION_BITS
+            e = int(np.max(ints[weight][1])) + inputs[owner] - BIAS_FRACTION_BITS
         b = np.rint(value.astype(np.float64) * 2.0 ** -e)
         if np.abs(b).max(initial=0) > INT32_LIMIT:
             raise UnsupportedOpError(f"precision='int8': bias {name} is too large for int32 "
@@ -159,7 +162,7 @@ def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
                 continue
             values, _ = ints[s.name]
             out[var.name] = Parameter(s.name, _var(var.name, values), _var(
-                var.name + "_exponent", np.zeros(1, np.int32)))
+                var.name + "_exponent", np.atleast_1d(np.int32(ints[s.name][1]))))
         return out
 
     main, sites = rewrite_step(tm.mod["main"], "main", parameters(tm.graph), mode, max_interval)
@@ -173,7 +176,8 @@ def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
             continue
         values, e = ints[s.name]
         state.append(dataclasses.replace(s, value=values))
-        state.append(StateTensor(f"{s.name}.exponent", np.array([e], np.int32), False, False))
+        state.append(StateTensor(f"{s.name}.exponent", np.atleast_1d(np.int32(e)), False,
+                                 False))
     site_names = [f"niti.site{i}" for i in range(len(sites))]
     state += [StateTensor(n, np.zeros(SITE_FIELDS, np.int32), False, False)
               for n in site_names]
