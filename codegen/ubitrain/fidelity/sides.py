@@ -4,11 +4,13 @@ A step whose check fails where elements sat near a kink (kinks.py) is undecided:
 put some of them on the other side, a valid float32 result whose gradient differs. To decide,
 the model is built again with a hook after every call (pipeline/instruments.py CallTrace) that keeps
 each forward call's outputs (`ForwardCapture`). For every kink op of PyTorch's step, the C
-tensor holding that op's output (ReLU, ReLU6 / hardtanh) or input (max pooling) is found by
+tensor holding that op's output (ReLU, hardtanh / ReLU6, leaky ReLU, ELU / SELU, hardsigmoid:
+where the output tells the side) or input (hardswish, clamp, abs, max pooling) is found by
 value, and PyTorch's step runs again (`SideReplay`) with the C's side at the near-kink elements
 where the two differ: forced in the backward op that reads the decision (threshold_backward,
-hardtanh_backward, the pool's indices), the forward values left as they are, in float64 and
-in float32 alike. What still differs is the C's own error.
+leaky_relu_backward, ..., the comparisons of clamp's backward, the pool's indices; `_SIDES`),
+the forward values left as they are, in float64 and in float32 alike. What still differs is
+the C's own error.
 
 Elements that are not near a kink are never forced: a C that takes the other side there is
 wrong and is judged so. A near-kink op this cannot replay (another kind, or no C tensor holds
@@ -18,7 +20,8 @@ The same forcing pins the referee's float32 runs to the float64 run's branches
 (`SideReplay(pin=exact.decisions)`): wherever a float32 run's rounding put an element on the
 other side of a kink, its backward takes float64's side, so the spread of those runs, which
 sets every tolerance, is rounding alone. A run whose branch differs at an op that cannot be
-forced (`unpinned`) does not measure rounding alone and is left out of the spread.
+forced (`unpinned`: a comparison, whose branch is a forward value; an op without a rule) does
+not measure rounding alone and is left out of the spread.
 """
 
 from __future__ import annotations
