@@ -1,7 +1,8 @@
 """The int8 fuzzer's fixed-seed tier: random models in the int8 op set (residual adds,
-depthwise and grouped convs, BatchNorm folded or integer, pooling), compiled with precision="int8" and
-checked bit for bit against NITI's numpy reference (tools/fuzzing/int8_case.py).
-`python -m tools.fuzzing --precision int8 --seeds A:B` runs any other range."""
+depthwise and grouped convs, BatchNorm folded or integer, pooling), compiled with
+precision="int8" and checked bit for bit against NITI's numpy reference
+(tools/fuzzing/int8_case.py). `python -m tools.fuzzing --precision int8 --seeds A:B` runs
+any other range."""
 
 import pytest
 import torch

@@ -3,6 +3,7 @@ side changes exactly the gradient PyTorch's own autograd gives for that side, an
 elements near their kink."""
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -206,3 +207,130 @@ def test_a_flip_moves_a_near_tie_of_a_max_pool_to_the_runner_up():
     change = run.state["w"] - state["w"]
     assert plain["w"][..., 0] == 0 and plain["w"][..., 1] != 0
     assert change[..., 1] == 0 and change[..., 0] != 0 and not flip.unflipped
+
+
+# ---- the other kink ops: leaky ReLU, ELU / SELU, hardsigmoid, hardswish, clamp, abs, --------
+# ---- maximum / minimum, in-place forms (issue #39, fuzz seed 65) ---------------------------
+F = nn.functional
+E = 2.0 ** -30  # the input's offset: kept in float64, rounded away in float32
+# name -> (the op on fc's output, its kink c, the side d of c float64's element sits on):
+# fc's first output is c + d * E in float64 and c itself in float32, on another piece of the
+# op's derivative; its second, 0.5, and third, -2, are far from every kink (the second passes
+# a gradient; the op changes the third, so the C's copy of its input, where its side is read
+# from that, is not taken for its output's).
+KINK_OPS = {
+    "leaky_relu": (lambda h: F.leaky_relu(h, 0.1), 0.0, 1),
+    "leaky_relu_": (lambda h: F.leaky_relu(h, 0.1, inplace=True), 0.0, 1),
+    "leaky_relu, negative slope": (lambda h: F.leaky_relu(h, -0.5), 0.0, 1),
+    "elu": (lambda h: F.elu(h, 0.5), 0.0, 1),
+    "elu_": (lambda h: F.elu(h, 0.5, inplace=True), 0.0, 1),
+    "selu": (F.selu, 0.0, 1),
+    "hardsigmoid": (F.hardsigmoid, -3.0, 1),
+    "hardsigmoid_": (lambda h: F.hardsigmoid(h, inplace=True), 3.0, -1),
+    "hardswish": (F.hardswish, -3.0, 1),
+    "hardswish_": (lambda h: F.hardswish(h, inplace=True), 3.0, -1),
+    "relu6_": (lambda h: F.relu6(h, inplace=True), 0.0, 1),
+    "clamp": (lambda h: torch.clamp(h, -1.0, 1.0), -1.0, -1),
+    "clamp_": (lambda h: torch.clamp_(h, -1.0, 1.0), 1.0, 1),
+    "clamp_min": (lambda h: torch.clamp_min(h, 0.25), 0.25, -1),
+    "abs": (torch.abs, 0.0, 1),
+    "maximum": (lambda h: torch.maximum(h, torch.zeros_like(h)), 0.0, 1),
+    "minimum": (lambda h: torch.minimum(h, torch.zeros_like(h)), 0.0, -1),
+}
+NO_C_SIDE = {"maximum", "minimum"}  # the C's side would need both inputs: not replayed
+
+
+class KinkNet(nn.Module):
+    def __init__(self, name):
+        super().__init__()
+        self.op, c, d = KINK_OPS[name]
+        self.fc, self.head = nn.Linear(1, 3), nn.Linear(3, 2)
+        with torch.no_grad():
+            self.fc.weight.copy_(torch.tensor([[float(d)], [0.5], [-2.0]]))
+            self.fc.bias.copy_(torch.tensor([c - d, 0.0, 0.0]))
+
+    def forward(self, x):
+        return self.head(self.op(self.fc(x)))
+
+
+def _kink_reference(name):
+    torch.manual_seed(0)  # the head's initial weights
+    model = KinkNet(name)
+    return Reference(model, ub.SGD(lr=1.0), "cross_entropy",
+                     [n for n, _ in model.named_parameters()])
+
+
+def _batch(offset):
+    """fc's first output at c + d * offset (float64)."""
+    return (torch.tensor([[1.0 + offset]], dtype=torch.float64), torch.tensor([1]))
+
+
+def _off(a, b):
+    """How far `a` is from `b`, relative to b's largest element (as the referee measures)."""
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+@pytest.mark.parametrize("name", KINK_OPS)
+def test_each_kink_rule_forces_the_branch_autograd_takes_there(name):
+    """float32 puts fc's first output on the kink, another piece than float64's. Pinned to
+    float64, its gradient is float64's; the C's side (float32's forward as the C tensors)
+    replayed in float64 is float64 PyTorch's own gradient with the element on the kink; a flip
+    is float64's own with the element mirrored across it."""
+    ref = _kink_reference(name)
+    state = ref.initial_state()
+
+    def change(run):
+        return np.concatenate([(run.state[k] - state[k]).ravel() for k in sorted(state)])
+
+    def step(offset, dtype=torch.float64, recorder=None):
+        return ref.step(state, {}, 1, _batch(offset), 0, dtype, record=True, recorder=recorder)
+
+    exact, own = step(E), step(E, torch.float32)
+    on_kink, mirrored = change(step(0.0)), change(step(-E))
+    assert _off(change(own), change(exact)) > 1e-3  # float32's own piece
+    pin = SideReplay(pin=exact.decisions)
+    pinned = step(E, torch.float32, pin)
+    assert pin.pinned >= 1 and not pin.unpinned, pin.unpinned
+    assert _off(change(pinned), change(exact)) < 1e-6
+
+    near = near_masks(exact.decisions, own.decisions)
+    assert sum(int(m.sum()) for m in near if m is not None) == 1
+    model = KinkNet(name).float()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    h = model.fc(torch.ones(1, 1))
+    c_tensors = [t.detach().double().numpy().ravel() for t in (h, model.op(h.clone()))]
+    replay = SideReplay(c_tensors, near)
+    replayed = step(E, recorder=replay)
+    if name in NO_C_SIDE:
+        assert replay.replayed == 0 and replay.unreplayed
+    else:
+        assert replay.replayed == 1 and not replay.unreplayed, replay.unreplayed
+        assert _off(change(replayed), on_kink) < 1e-8
+    flip = SideReplay(flip=near)
+    assert _off(change(step(E, recorder=flip)), mirrored) < 1e-8
+    assert not flip.unflipped
+
+
+@pytest.mark.parametrize("name", KINK_OPS)
+def test_a_tolerance_near_each_kink_is_rounding_and_its_excuse_is_bounded(name):
+    """As for ReLU above: unpinned, float32's own piece gives fc.weight a tolerance a C 3% off
+    passes; pinned, the tolerance is rounding and that C is not a match. Its step stays "near
+    kink" (no C tensors here), excused only as far as a flip moves fc.weight: a C off by
+    3 times that is a mismatch."""
+    from ubitrain.fidelity.referee import FLIP_FACTOR, referee
+
+    ref = _kink_reference(name)
+    data = [_batch(E)]
+    tolerance = {}
+    for pin in (False, True):
+        right = referee(_Float64Trainer(ref), ref, data, pin=pin)
+        assert right.status == "match", right.summary()
+        tolerance[pin] = next(c.tolerance for c in right.checks if c.name == "fc.weight")
+        wrong = referee(_Float64Trainer(ref, "fc.weight", 0.03), ref, data, pin=pin)
+        assert (wrong.status == "match") == (not pin), wrong.summary()
+    assert tolerance[False] > 0.03 and tolerance[True] < 1e-4, tolerance
+    assert wrong.status == "near kink" and not wrong.unpinned, wrong.summary()
+    effect = next(c.kink_effect for c in wrong.failures if c.name == "fc.weight")
+    assert 0.03 < effect < 10, wrong.summary()
+    large = referee(_Float64Trainer(ref, "fc.weight", 1.5 * FLIP_FACTOR * effect), ref, data)
+    assert large.status == "mismatch", large.summary()

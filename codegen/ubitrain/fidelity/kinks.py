@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 aten = torch.ops.aten
 MARGIN = 16.0  # an element is safe when this many rounding spreads away from its kink
@@ -180,7 +180,8 @@ def _maxima(x, out, dims, keepdim):
 # aten op -> the branch of its derivative each element takes, from the arguments before the
 # op ran (the in-place forms overwrite them). Cuts as the backward kernels draw them:
 # threshold_backward passes x > 0, hardtanh_backward lo < x < hi, clamp's lo <= x <= hi,
-# hardswish_backward's middle piece is -3 <= x <= 3, hardsigmoid_backward's -3 < x < 3.
+# hardswish_backward's and hardsigmoid_backward's middle piece -3 < x < 3 (PyTorch 2: at -3
+# hardswish's gradient is 0, at 3 it is 1).
 BRANCH_BEFORE = {
     "relu": lambda a: _piece(a[0], (0.0, False)),
     "threshold": lambda a: _piece(a[0], (float(a[1]), False)),
@@ -190,7 +191,7 @@ BRANCH_BEFORE = {
                               (_scalar(a[2]) if len(a) > 2 else None, False)),
     "clamp_min": lambda a: _sign(a[0] - a[1]),
     "clamp_max": lambda a: _sign(a[0] - a[1]),
-    "hardswish": lambda a: _piece(a[0], (-3.0, True), (3.0, False)),
+    "hardswish": lambda a: _piece(a[0], (-3.0, False), (3.0, True)),
     "hardsigmoid": lambda a: _piece(a[0], (-3.0, False), (3.0, True)),
     "leaky_relu": lambda a: _piece(a[0], (0.0, False)),
     "elu": lambda a: _piece(a[0], (0.0, False)),
@@ -215,6 +216,22 @@ BRANCH_AFTER = {
 }
 
 
+# Backward nodes whose comparisons repeat their forward op's decision (clamp's x >= min,
+# maximum's x > y), recorded at that op: they are not kinks of their own, and sides.py
+# forces that op's branch by replacing what they compare.
+REPEATS = frozenset({"ClampBackward1", "ClampMinBackward0", "ClampMaxBackward0",
+                     "MaximumBackward0", "MinimumBackward0"})
+_COMPARISONS = frozenset(getattr(getattr(aten, cmp), overload) for cmp in ("gt", "lt", "ge", "le")
+                         for overload in ("Tensor", "Scalar"))
+
+
+def _repeats(func) -> bool:
+    if func not in _COMPARISONS:
+        return False
+    node = torch._C._current_autograd_node()
+    return node is not None and node.name() in REPEATS
+
+
 @dataclass
 class Decisions:
     """The kink distances of one run, one array per op call in execution order, and the
@@ -234,14 +251,21 @@ class DecisionRecorder(TorchDispatchMode):
         self.decisions = Decisions([], [])
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        before = self._branch(BRANCH_BEFORE.get(func), args)
-        if func in IN_PLACE:
-            self._record(func, IN_PLACE[func], args, None, before)
+        if _repeats(func):
+            return func(*args, **(kwargs or {}))
+        # the branches and distances are computed without the modes below this one: a
+        # variant's rounding noise (reference._RoundingNoise, an ulp on every result) on
+        # x - y would make a tie of maximum(x, y) a branch its backward does not take
+        with _disable_current_modes():
+            before = self._branch(BRANCH_BEFORE.get(func), args)
+            if func in IN_PLACE:
+                self._record(func, IN_PLACE[func], args, None, before)
         out = func(*args, **(kwargs or {}))
         if func in DISTANCES:
-            if func in BRANCH_AFTER:
-                before = self._branch(lambda a: BRANCH_AFTER[func](a, out), args)
-            self._record(func, DISTANCES[func], args, out, before)
+            with _disable_current_modes():
+                if func in BRANCH_AFTER:
+                    before = self._branch(lambda a: BRANCH_AFTER[func](a, out), args)
+                self._record(func, DISTANCES[func], args, out, before)
         return out
 
     @staticmethod

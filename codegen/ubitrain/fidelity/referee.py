@@ -23,12 +23,13 @@ a magnitude of g: every check is then linear in the rounding. Compared as it is,
 that is pure rounding noise (one BatchNorm cancels exactly: its true value is 0) would have
 its float32 spread squared, and a factor 3 of rounding noise on g would fail as a factor 9.
 
-The float32 runs that set a tolerance take float64's branch at every kink (ReLU, ReLU6, the
-max of a pooling window): `SideReplay(pin=...)` (sides.py) forces float64's side in their
-backward wherever their own rounding put an element on the other one, so the spread they
-measure is rounding alone; a run that took a branch it cannot be forced to is left out of
-the spread (`Verdict.unpinned`). Unpinned, one element of a float32 run across a ReLU6 kink
-could spread over a BatchNorm channel and widen a tolerance a hundredfold (issue #39).
+The float32 runs that set a tolerance take float64's branch at every kink (ReLU, ReLU6, leaky
+ReLU, ELU, hardswish, clamp, ..., the max of a pooling window): `SideReplay(pin=...)`
+(sides.py) forces float64's side in their backward wherever their own rounding put an
+element on the other one, so the spread they measure is rounding alone; a run that took a
+branch it cannot be forced to is left out of the spread (`Verdict.unpinned`). Unpinned, one
+element of a float32 run across a ReLU6 kink could spread over a BatchNorm channel and widen
+a tolerance a hundredfold (issue #39).
 
 A failed check at a step where an element sat near a kink (kinks.py), or where a float32
 run had to be pinned, is undecided: both sides of a kink are valid float32 results. `judge`

@@ -147,7 +147,9 @@ def _nudged(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 class _RoundingNoise(TorchDispatchMode):
     """Every float result of every op (forward and backward) moved by an ulp at random: the
     rounding of another, equally correct float32 implementation, everywhere in the step.
-    Views and in-place ops are left alone (a copy would break their aliasing)."""
+    Views and in-place ops are left alone (a copy would break their aliasing), and so are
+    clones: a copy rounds nothing, and the clone autograd saves of an in-place op's input
+    (hardtanh_, clamp_) must hold the values the op decided its branch on (sides.py)."""
 
     def __init__(self, gen: torch.Generator):
         super().__init__()
@@ -155,7 +157,8 @@ class _RoundingNoise(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if any(r.alias_info is not None for r in func._schema.returns):
+        if func is torch.ops.aten.clone.default or \
+                any(r.alias_info is not None for r in func._schema.returns):
             return out
         if isinstance(out, torch.Tensor):
             return _nudged(out, self.gen)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
-from ..niti.batch_norm import F, MOMENTUM_BITS, ROOT_BITS
+from ..niti.batch_norm import MOMENTUM_BITS, ROOT_BITS, F
 from .niti_kernels import I32, I64, _sign_mag, _signed, clip8, i32, i64
 from .tir_lower import KEEP_STAGE
 
