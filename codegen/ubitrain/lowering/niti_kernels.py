@@ -330,6 +330,30 @@ def niti_softmax_xent(logits, e, labels, acc: str):
     return [err, loss]
 
 
+def _coarsest(e, name: str):
+    k = te.reduce_axis((0, int(e.shape[0])), name=name + "_k")
+    return te.compute((1,), lambda i: te.max(e[k], axis=k), name=name)
+
+
+def niti_to_coarsest(total, e, axis: int, acc: str):
+    """niti/channel_exponents.py to_coarsest: channel c (along `axis`) of an int32
+    accumulator RoundShift'ed by max(e) - e[c] (never wider: it stays int32); (the total, the
+    coarsest exponent (1,))."""
+    top = _coarsest(e, "coarsest")
+    out = te.compute(total.shape, lambda *i: round_shift(
+        total(*i).astype(I64), top[0] - e[i[axis]]).astype(I32), name="to_coarsest")
+    return [out, top]
+
+
+def niti_weight_at_coarsest(q, e, acc: str):
+    """An int8 weight with an exponent per output channel (axis 0) at the coarsest one, for
+    the backward: (int8 values, the coarsest exponent (1,))."""
+    top = _coarsest(e, "weight_coarsest")
+    out = te.compute(q.shape, lambda *i: clip8(round_shift(
+        q(*i).astype(I64), top[0] - e[i[0]])).astype("int8"), name="weight_at_coarsest")
+    return [out, top]
+
+
 def niti_update(param, grad, mu):
     """NITI's update of one parameter from its int32 gradient: g = PstoShift(G, bitlen(max|G|)
     - mu); an int8 weight becomes clip(w - clip(g)), an int32 bias b - g (with mu + 8,
@@ -356,5 +380,5 @@ def niti_update(param, grad, mu):
 
 NITI_KERNELS = {f.__name__: f for f in (
     niti_rescale, niti_rescale_exact, niti_align_add, niti_align_concat, niti_align_bias,
-    niti_int8_bound, niti_quantize,
+    niti_int8_bound, niti_quantize, niti_to_coarsest, niti_weight_at_coarsest,
     niti_dequantize, niti_softmax_xent)}

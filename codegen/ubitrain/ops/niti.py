@@ -75,6 +75,17 @@ def align_bias(total, exponents, bias, bias_exponent):
                       [total.ty, EXPONENT_TYPE])
 
 
+def to_coarsest(total, e, axis: int):
+    """An accumulator whose channels along `axis` sit at per-channel weight exponents `e`,
+    at the coarsest of them (niti/channel_exponents.py): (int32 total, (1,) exponent)."""
+    return fused_call("niti_to_coarsest", [total, e], [total.ty, EXPONENT_TYPE], axis=axis)
+
+
+def weight_at_coarsest(q, e):
+    """An int8 weight with per-channel exponents at the coarsest one: (int8, (1,))."""
+    return fused_call("niti_weight_at_coarsest", [q, e], [q.ty, EXPONENT_TYPE])
+
+
 def int8_bound(e, value: int):
     """The int8 code (1,) at exponent `e` of a clipping bound `value` (niti/rounding.py)."""
     return fused_call("niti_int8_bound", [e], relax.TensorType((1,), "int8"), value=value)
