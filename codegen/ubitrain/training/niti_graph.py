@@ -102,13 +102,24 @@ class Rewriter:
         return Quantized(self.emit(relax.TupleGetItem(out, 0)),
                          self.emit(relax.TupleGetItem(out, 1)))
 
-    def operand(self, value, where: str) -> tuple[relax.Expr, list]:
-        """An int8 operand of a product and its exponent tensors."""
+    def operand(self, value, where: str, channels_out: int | None = None
+                ) -> tuple[relax.Expr, list]:
+        """An int8 operand of a product and its exponent tensors. A weight with an exponent
+        per channel keeps them when its channel axis is `channels_out` (the product's
+        channels: the caller brings them to the coarsest), else (the backward, where the
+        channels are summed over) it is read at the coarsest exponent."""
         if isinstance(value, Parameter):
             if dtype_of(value.var) != INT8:
                 raise UnsupportedOpError(f"precision='int8': {where} multiplies by the bias "
                                          f"{value.name}")
-            return value.var, [value.e]
+            if value.channel_axis is None or value.channel_axis == channels_out:
+                return value.var, [value.e]
+            if value.channel_axis != 0:
+                raise UnsupportedOpError(f"precision='int8': {where} reads {value.name} "
+                                         "moved off its output-channel axis")
+            out = self.emit(niti.weight_at_coarsest(value.var, value.e))
+            return self.emit(relax.TupleGetItem(out, 0)), [
+                self.emit(relax.TupleGetItem(out, 1))]
         q = self.quantized(value, where)
         return q.q, [q.e]
 

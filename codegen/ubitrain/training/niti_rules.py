@@ -31,13 +31,24 @@ if TYPE_CHECKING:
     from .niti_graph import Rewriter
 
 
+def _per_channel(rw: Rewriter, weight, total, exponents, axis: int) -> Accumulator:
+    """A product by a weight with an exponent per channel (on the product's `axis`) brought
+    to the coarsest one (niti/channel_exponents.py); any other product as it is."""
+    if not (isinstance(weight, Parameter) and weight.channel_axis is not None):
+        return Accumulator(total, exponents)
+    out = rw.emit(niti.to_coarsest(total, weight.e, axis))
+    return Accumulator(rw.emit(relax.TupleGetItem(out, 0)),
+                       [*exponents[:-1], rw.emit(relax.TupleGetItem(out, 1))])
+
+
 def _conv2d(rw: Rewriter, call, name):
     a = call.attrs
+    weight = rw.env[call.args[1]]
     x, ex = rw.operand(rw.env[call.args[0]], name)
-    w, ew = rw.operand(rw.env[call.args[1]], name)
+    w, ew = rw.operand(weight, name, channels_out=0)
     total = rw.emit(R.nn.conv2d(x, w, a.strides, a.padding, a.dilation, a.groups,
                                 a.data_layout, a.kernel_layout, a.out_layout, out_dtype=INT32))
-    return Accumulator(total, ex + ew)
+    return _per_channel(rw, weight, total, ex + ew, axis=1)
 
 
 def _conv2d_transpose(rw: Rewriter, call, name):
@@ -51,9 +62,26 @@ def _conv2d_transpose(rw: Rewriter, call, name):
 
 
 def _matmul(rw: Rewriter, call, name):
+    weight = rw.env[call.args[1]]
+    last = len(shape_of(call.args[1])) - 1
     x, ex = rw.operand(rw.env[call.args[0]], name)
-    w, ew = rw.operand(rw.env[call.args[1]], name)
-    return Accumulator(rw.emit(R.matmul(x, w, out_dtype=INT32)), ex + ew)
+    w, ew = rw.operand(weight, name, channels_out=last)  # x W^T: W's channels come last
+    total = rw.emit(R.matmul(x, w, out_dtype=INT32))
+    return _per_channel(rw, weight, total, ex + ew, axis=len(shape_of(call)) - 1)
+
+
+def _moved_axis(axis: int | None, call) -> int | None:
+    """Where a per-channel weight's channel axis goes under a transpose; any other move of
+    such a weight is refused (its channels would lose their exponents)."""
+    if axis is None:
+        return None
+    if call.op.name == "relax.permute_dims":
+        axes = call.attrs.axes
+        order = [int(i) for i in axes] if axes is not None else \
+            list(reversed(range(len(shape_of(call)))))
+        return order.index(axis)
+    raise UnsupportedOpError(f"precision='int8': {call.op.name} of a weight with an exponent "
+                             "per channel")
 
 
 # ops that keep an accumulator a sum: narrowing it later narrows the same numbers. Any other
@@ -68,7 +96,8 @@ def _same_on_values(make):
     def rule(rw: Rewriter, call, name):
         value = rw.env[call.args[0]]
         if isinstance(value, Parameter):
-            return Parameter(value.name, rw.emit(make(value.var, call)), value.e)
+            return Parameter(value.name, rw.emit(make(value.var, call)), value.e,
+                             _moved_axis(value.channel_axis, call))
         if isinstance(value, Accumulator) and call.op.name in KEEPS_SUM:
             return Accumulator(rw.emit(make(value.total, call)), value.exponents,
                                value.error_sum, (value, lambda x: make(x, call)))

@@ -30,6 +30,8 @@ class Parameter:
     name: str
     var: relax.Var  # int8 (a weight) or int32 (a bias, a BatchNorm's running statistic)
     e: relax.Var | None  # None: a count (BatchNorm's num_batches_tracked), no exponent
+    channel_axis: int | None = None  # the axis of `var` whose channels have an exponent
+    # each (e of shape [C]; niti/channel_exponents.py); None: one exponent
 
 
 @dataclass
