@@ -160,9 +160,11 @@ def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
             if s.name in counts:
                 out[var.name] = Parameter(s.name, _var(var.name, counts[s.name]), None)
                 continue
-            values, _ = ints[s.name]
-            out[var.name] = Parameter(s.name, _var(var.name, values), _var(
-                var.name + "_exponent", np.atleast_1d(np.int32(ints[s.name][1]))))
+            values, e = ints[s.name]
+            e = np.atleast_1d(np.int32(e))
+            out[var.name] = Parameter(s.name, _var(var.name, values),
+                                      _var(var.name + "_exponent", e),
+                                      0 if e.size > 1 else None)
         return out
 
     main, sites = rewrite_step(tm.mod["main"], "main", parameters(tm.graph), mode, max_interval)
