@@ -100,5 +100,10 @@ class NITI:
             code = f"(step - 1) < {milestone} ? {mu} : {code}"
         return [f"(float)({code})"]
 
-    def update(self, param, grad, states, coef):
-        return niti_update(param, grad, coef)
+    def update_inputs(self, name: str, state: dict) -> list:
+        """A weight with an exponent per channel: the update reads them."""
+        exponent = state.get(f"{name}.exponent")
+        return [exponent] if exponent is not None and exponent.shape != (1,) else []
+
+    def update(self, param, grad, states, coef, exponents=None):
+        return niti_update(param, grad, coef, exponents)

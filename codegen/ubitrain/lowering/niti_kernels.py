@@ -354,10 +354,18 @@ def niti_weight_at_coarsest(q, e, acc: str):
     return [out, top]
 
 
-def niti_update(param, grad, mu):
+def _finer_than_coarsest(e):
+    top = _coarsest(e, "update_coarsest")
+    finer = te.compute(e.shape, lambda c: top[0] - e[c], name="update_finer")
+    return lambda c: finer[c]
+
+
+def niti_update(param, grad, mu, exponents=None):
     """NITI's update of one parameter from its int32 gradient: g = PstoShift(G, bitlen(max|G|)
     - mu); an int8 weight becomes clip(w - clip(g)), an int32 bias b - g (with mu + 8,
-    saturated to int32). `mu` is a float32 tensor of shape (1,): the step's schedule value."""
+    saturated to int32). `mu` is a float32 tensor of shape (1,): the step's schedule value.
+    `exponents`: a weight's per channel (axis 0); channel c shifts by max - e[c] less
+    (niti/channel_exponents.py update)."""
     big = max_abs(grad, "update_max")
     length = bitlen(big, "update_bits")
     weight = str(param.dtype) == "int8"
@@ -368,8 +376,10 @@ def niti_update(param, grad, mu):
         length() - mu[0].astype(I32) - i32(offset), i32(0)), name="update_shift",
         attrs={KEEP_STAGE: 1})
 
+    finer = (lambda c: i32(0)) if exponents is None else _finer_than_coarsest(exponents)
+
     def rule(*i):
-        g = psto_shift(grad(*i).astype(I64), shift())
+        g = psto_shift(grad(*i).astype(I64), shift() - finer(i[0]))
         if weight:
             return clip8(param(*i).astype(I64) - clip8(g)).astype("int8")
         new = param(*i).astype(I64) - g

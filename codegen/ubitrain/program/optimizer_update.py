@@ -28,12 +28,14 @@ def optimizer_calls(tm, optimizer, library, state, parts, opt_state, grads):
     updates = []
     for name, grad in zip(tm.trainable, grads):
         param, states = parts.get(name) or state[name], opt_state[name]
+        # what else the rule reads (NITI: a weight's exponents per channel)
+        inputs = getattr(optimizer, "update_inputs", lambda n, s: [])(name, state)
         func = update_prim_func(optimizer, param.shape, len(states), coef, param.dtype,
-                                grad.dtype)
+                                grad.dtype, inputs)
         # In place: the new parameter and state overwrite the old, element by element.
         kernel = library.add(func, f"{type(optimizer).__name__.lower()}_update",
-                             update_aliases(len(states)))
-        args = [param, grad] + states + [coef, param] + states
+                             update_aliases(len(states), len(inputs)))
+        args = [param, grad] + states + [coef] + inputs + [param] + states
         scratch = Slot(f"scratch_update_{len(updates)}", (kernel.scratch_bytes,), "uint8",
                        "scratch") if kernel.scratch_bytes else None  # NITI's reductions
         updates.append(Call(kernel.name, args, sorted(kernel.written), attrs={"param": name},
@@ -62,21 +64,23 @@ def block_update_kernel(optimizer, library, elements: int, n_states: int, coef):
                        update_aliases(n_states))
 
 
-def update_aliases(n_states: int) -> dict[int, int]:
-    """Arguments [param, grad] + states + [coef, param] + states: the new parameter and
-    states are written over the old."""
-    return {0: 3 + n_states} | {2 + j: 4 + n_states + j for j in range(n_states)}
+def update_aliases(n_states: int, n_inputs: int = 0) -> dict[int, int]:
+    """Arguments [param, grad] + states + [coef] + inputs + [param] + states: the new
+    parameter and states are written over the old."""
+    out = 3 + n_states + n_inputs
+    return {0: out} | {2 + j: out + 1 + j for j in range(n_states)}
 
 
 def update_prim_func(optimizer, shape, n_states: int, coef, dtype: str = "float32",
-                     grad_dtype: str = "float32"):
+                     grad_dtype: str = "float32", inputs=()):
     p = te.placeholder(shape, dtype, "param")
     g = te.placeholder(shape, grad_dtype, "grad")
     st = [te.placeholder(shape, "float32", f"state{i}") for i in range(n_states)]
     c = te.placeholder(coef.shape, "float32", "coef")
-    out = optimizer.update(p, g, st, c)
+    xs = [te.placeholder(x.shape, x.dtype, f"input{i}") for i, x in enumerate(inputs)]
+    out = optimizer.update(p, g, st, c, *xs)
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
-    return te.create_prim_func([p, g] + st + [c] + outs)
+    return te.create_prim_func([p, g] + st + [c] + xs + outs)
 
 
 def _last_use(calls, root) -> int:
