@@ -376,10 +376,10 @@ def niti_update(param, grad, mu, exponents=None):
         length() - mu[0].astype(I32) - i32(offset), i32(0)), name="update_shift",
         attrs={KEEP_STAGE: 1})
 
-    finer = (lambda c: i32(0)) if exponents is None else _finer_than_coarsest(exponents)
+    finer = None if exponents is None else _finer_than_coarsest(exponents)
 
     def rule(*i):
-        g = psto_shift(grad(*i).astype(I64), shift() - finer(i[0]))
+        g = psto_shift(grad(*i).astype(I64), shift() if finer is None else shift() - finer(i[0]))
         if weight:
             return clip8(param(*i).astype(I64) - clip8(g)).astype("int8")
         new = param(*i).astype(I64) - g
