@@ -24,6 +24,7 @@ DSP_CACHE_BYTES = 256 * 1024
 
 # Where the CPU part of a split step (dsp_offload) can run.
 CPU_TARGETS = ("host", "aarch64-neon")
+WEIGHT_EXPONENTS = ("tensor", "channel")
 BATCH_NORMS = ("fold", "integer")  # folded into the conv before it, or NITI's own with batch
 # statistics (niti/batch_norm.py); NITI(batch_norm="auto") picks one per model
 
@@ -45,6 +46,8 @@ class NITI:
     niti/batch_norm.py; the graph pipeline only); "auto" chooses per model
     (training/batch_norm_folding.py batch_norm_mode): "integer" for a net whose BatchNorms
     have never seen a batch (trained from scratch), "fold" for a trained one (fine-tuning).
+    weight_exponents: "tensor" (one exponent per weight) or "channel" (one per output
+    channel of a conv or linear weight, niti/channel_exponents.py; the graph pipeline only).
     dsp_cache_bytes: with target="hexagon-v66", the cache a weight-gradient convolution's
     working set (patches, errors, inputs of its images) must fit; it goes image chunk by image
     chunk when the batch does not fit (DSP_CACHE_BYTES by default)."""
@@ -58,6 +61,7 @@ class NITI:
     cpu_target: str = "host"
     dsp_cache_bytes: int = DSP_CACHE_BYTES
     batch_norm: str = "auto"
+    weight_exponents: str = "tensor"
 
     def __post_init__(self):
         mu, milestones = tuple(self.mu), tuple(self.milestones)
@@ -82,6 +86,9 @@ class NITI:
         if self.batch_norm not in ("auto", *BATCH_NORMS):
             raise CompileError(f"NITI(batch_norm={self.batch_norm!r}): give one of "
                                f"{', '.join(map(repr, ('auto', *BATCH_NORMS)))}")
+        if self.weight_exponents not in WEIGHT_EXPONENTS:
+            raise CompileError(f"NITI(weight_exponents={self.weight_exponents!r}): give one of "
+                               f"{', '.join(map(repr, WEIGHT_EXPONENTS))}")
         if self.dsp_cache_bytes < 1:
             raise CompileError(f"NITI(dsp_cache_bytes={self.dsp_cache_bytes}) must be positive")
         if not 1 <= self.max_interval <= 1 << 20:

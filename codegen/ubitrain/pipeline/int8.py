@@ -86,7 +86,8 @@ def niti_graph(unit):
         raise CompileError(f"precision='int8': {classes} classes; the integer softmax "
                            f"gradient supports at most {MAX_CLASSES}")
     mode = ADAPTIVE if config.adaptive_rescale else EXACT_COUNTED
-    unit.tm = niti_training_module(unit.tm, r.model, x, mode, config.max_interval)
+    unit.tm = niti_training_module(unit.tm, r.model, x, mode, config.max_interval,
+                                   config.weight_exponents == "channel")
 
 
 def fit_memory_budget(unit):

@@ -131,7 +131,7 @@ COUNTS = ("num_batches_tracked",)  # a BatchNorm's step count: kept as it is
 
 
 def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
-                         max_interval: int) -> TrainingModule:
+                         max_interval: int, channels: bool = False) -> TrainingModule:
     """`tm` with integer functions and state (see the module's docstring)."""
     norms = _batch_norm_owners(model)
     refused = [what for what, bad in (
@@ -145,7 +145,7 @@ def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
     if refused:
         raise UnsupportedOpError(f"precision='int8' does not train {'; '.join(refused)} yet")
     ints = integer_state(model, example_input,
-                         {s.name: s.value for s in tm.graph.state if s.is_parameter})
+                         {s.name: s.value for s in tm.graph.state if s.is_parameter}, channels)
     if norms:
         for owner, (mean, var, e_mean, e_var) in running_statistics(model,
                                                                     example_input).items():
