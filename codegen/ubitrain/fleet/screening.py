@@ -38,7 +38,8 @@ def _delta_norm(update: dict, sent: dict) -> float:
         if value.dtype.kind == "f":
             total += float(np.sum((value.astype(np.float64) - base) ** 2))
         elif value.dtype == np.int8 and name + ".exponent" in update:
-            scale = 2.0 ** int(np.asarray(update[name + ".exponent"]).reshape(-1)[0])
+            e = np.asarray(update[name + ".exponent"], np.float64).reshape(-1)
+            scale = np.exp2(e.reshape(-1, *[1] * (value.ndim - 1)) if e.size > 1 else e[0])
             total += float(np.sum(((value.astype(np.float64) - base) * scale) ** 2))
     return float(np.sqrt(total))
 

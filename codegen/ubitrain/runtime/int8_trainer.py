@@ -48,12 +48,14 @@ class Int8Trainer:
     def parameters(self) -> dict[str, np.ndarray]:
         raw = self.inner.parameters()
         return {name: np.ldexp(raw[name].astype(np.float64),
-                               int(raw[name + EXPONENT][0])).astype(np.float32)
+                               _by_channel(raw[name + EXPONENT], raw[name].ndim)
+                               ).astype(np.float32)
                 for name in self._names}
 
     def int8_parameters(self) -> dict[str, np.ndarray]:
         """The parameters as they are trained: integer values by state_dict name and, under
-        `<name>.exponent`, each one's exponent (int32 [1]); value x 2^exponent."""
+        `<name>.exponent`, each one's exponent (int32 [1], or [C] for a weight with one per
+        output channel); value x 2^exponent."""
         raw = self.inner.parameters()
         return {key: raw[key] for name in self._names for key in (name, name + EXPONENT)}
 
@@ -70,11 +72,10 @@ class Int8Trainer:
         if unknown:
             raise InputError(f"unknown parameter names {unknown}; known: {known}")
         raw = self.inner.parameters()
-        exponents = {name: _exponent(name, values[name + EXPONENT])
-                     if name + EXPONENT in values else int(raw[name + EXPONENT][0])
+        exponents = {name: _exponent(name, values[name + EXPONENT], raw[name + EXPONENT].shape)
+                     if name + EXPONENT in values else raw[name + EXPONENT]
                      for name in names}
-        out = {name + EXPONENT: np.array([exponents[name]], np.int32)
-               for name in names if name + EXPONENT in values}
+        out = {name + EXPONENT: exponents[name] for name in names if name + EXPONENT in values}
         for name in names:
             if name not in values:
                 continue
@@ -84,7 +85,8 @@ class Int8Trainer:
                 if not np.all(np.isfinite(value)):
                     raise InputError(f"parameter {name!r} holds inf or NaN")
                 limit = LIMITS[raw[name].dtype]
-                scaled = value.astype(np.float64) / 2.0 ** exponents[name]
+                scaled = np.ldexp(value.astype(np.float64),
+                                  -_by_channel(exponents[name], value.ndim))
                 value = np.clip(np.sign(scaled) * np.floor(np.abs(scaled) + 0.5), -limit, limit)
                 value = value.astype(raw[name].dtype)
             out[name] = value
@@ -126,11 +128,18 @@ class Int8Trainer:
         self.close()
 
 
-def _exponent(name: str, given) -> int:
+def _exponent(name: str, given, shape: tuple) -> np.ndarray:
     exponent = np.asarray(given).reshape(-1)
-    if exponent.size != 1 or exponent.dtype.kind not in "iu" \
-            or not -2**31 <= int(exponent[0]) < 2**31:
-        raise InputError(f"parameter {name + EXPONENT!r} must be one integer (the power of two "
-                         f"of {name}'s integer values, an int32), got {exponent.dtype} "
+    if exponent.shape != tuple(shape) or exponent.dtype.kind not in "iu" \
+            or np.any(exponent < -2**31) or np.any(exponent >= 2**31):
+        what = "one integer" if shape == (1,) else f"{shape[0]} integers, one per output channel"
+        raise InputError(f"parameter {name + EXPONENT!r} must be {what} (the power of two of "
+                         f"{name}'s integer values, an int32), got {exponent.dtype} "
                          f"{list(np.shape(given))}")
-    return int(exponent[0])
+    return exponent.astype(np.int32)
+
+
+def _by_channel(exponent: np.ndarray, ndim: int) -> np.ndarray:
+    """An exponent [1] or [C] shaped to scale a parameter of `ndim` axes (channels first)."""
+    e = np.asarray(exponent, np.int64)
+    return e.reshape(-1, *[1] * (ndim - 1)) if e.size > 1 else e.reshape(()) + 0
