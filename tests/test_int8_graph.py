@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from harness import CROSS, require_tools
@@ -25,7 +26,7 @@ CASE_IDS = MODEL_IDS + [f"{MODEL_IDS[2]}-adaptive", f"{MODEL_IDS[4]}-adaptive"]
 def test_the_compiled_int8_step_trains_as_the_numpy_reference(make, rescaling, tmp_path):
     """Counted: every site reduces each step. Adaptive: sites skip reductions (intervals
     learned up to 4 steps), the reference keeping its own sites."""
-    assert_trains_as_reference(make, rescaling, "host", tmp_path)
+    assert_trains_as_reference(make, rescaling, "host", tmp_path).close()
 
 
 @pytest.mark.parametrize("rescaling", ["counted", "adaptive"])
@@ -33,7 +34,23 @@ def test_an_integer_batch_norm_trains_as_the_numpy_reference(rescaling, tmp_path
     """NITI(batch_norm="integer"): the three BatchNorms with batch statistics
     (niti/batch_norm.py), not folded; their running statistics after every step and predict
     with them, bit for bit too."""
-    assert_trains_as_reference(MODELS[4], rescaling, "host", tmp_path, batch_norm="integer")
+    assert_trains_as_reference(MODELS[4], rescaling, "host", tmp_path,
+                               batch_norm="integer").close()
+
+
+def test_weights_with_an_exponent_per_channel_train_as_the_numpy_reference(tmp_path):
+    """NITI(weight_exponents="channel") (niti/channel_exponents.py): each output channel of
+    a conv or linear weight its own exponent; the folded BatchNorms spread them. The
+    float parameters load back to the same integers."""
+    trainer = assert_trains_as_reference(MODELS[4], "counted", "host", tmp_path,
+                                         weight_exponents="channel")
+    state = trainer.int8_parameters()
+    spread = [n for n in state if n.endswith(".exponent") and len(set(state[n])) > 1]
+    assert spread, "every channel got the same exponent: the test would not see per-channel"
+    trainer.load_parameters(trainer.parameters())
+    after = trainer.int8_parameters()
+    assert all(np.array_equal(state[n], after[n]) for n in state)
+    trainer.close()
 
 
 @pytest.mark.parametrize("target", CROSS)
@@ -44,17 +61,18 @@ def test_on_every_cross_target_too(target, tmp_path):
     would give."""
     require_tools(target)
     assert_trains_as_reference(MODELS[4], "adaptive", target, tmp_path, first_step=1,
-                               batch_norm="integer")
+                               batch_norm="integer").close()
 
 
 def assert_trains_as_reference(make, rescaling, target, tmp_path, first_step=0,
-                               batch_norm="fold"):
+                               batch_norm="fold", weight_exponents="tensor"):
+    """The trainer after STEPS steps checked against the reference (the caller closes it)."""
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
     model, batches = make(), int8_batches(STEPS)
     config = ub.NITI(mu=(5, 4), milestones=(2,),  # the schedule changes inside the run
                      adaptive_rescale=rescaling == "adaptive", max_interval=4,
-                     batch_norm=batch_norm)
+                     batch_norm=batch_norm, weight_exponents=weight_exponents)
     pkg = ub.compile(model, (batches[0][0],), batches[0][1], precision="int8",
                      optimizer=config, target=target, out_dir=tmp_path / "net", progress=False)
     trainer = pkg.build()
@@ -62,11 +80,11 @@ def assert_trains_as_reference(make, rescaling, target, tmp_path, first_step=0,
     run = compare_with_reference(trainer, model, [(x.numpy(), y.numpy()) for x, y in batches],
                                  config, first_step)
     steps = trainer.steps
-    trainer.close()
     assert run.differences == []
     assert steps == first_step + STEPS
     assert run.moved > 0, "no parameter changed: the check would pass without training"
     assert (run.skipped > 0) == (rescaling == "adaptive"), run.skipped
+    return trainer
 
 
 def test_a_memory_budget_is_fitted_and_trains_the_same(tmp_path):
