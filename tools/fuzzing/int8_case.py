@@ -11,7 +11,8 @@ adaptive, intervals up to 4) and 1 to 3 steps are drawn too.
 
 The BatchNorm mode is drawn first, from a stream of its own (so a "fold" case draws the
 graph it drew before the mode existed): "fold" takes a BatchNorm only after a conv (folded
-into it), "integer" after any node (NITI's integer BatchNorm with batch statistics).
+into it), "integer" after any node (NITI's integer BatchNorm with batch statistics). The weights'
+exponents (one per tensor or per output channel) are drawn from a stream of their own too.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 
 import ubitrain as ub
 from ubitrain.fidelity.niti_check import compare_with_reference
-from ubitrain.int8.update import BATCH_NORMS, NITI
+from ubitrain.int8.update import BATCH_NORMS, NITI, WEIGHT_EXPONENTS
 
 from .case import Outcome, run_guarded, seeded_batches
 from .graphs import Graph, instantiate, random_graph
@@ -64,15 +65,19 @@ class Int8Case:
     steps: int
 
 
-def draw_int8_case(seed: int, batch_norm: str | None = None) -> Int8Case:
-    """The case of `seed`; `batch_norm` overrides the drawn mode (a seed found before the
-    mode was drawn keeps its graph with "fold")."""
+def draw_int8_case(seed: int, batch_norm: str | None = None,
+                   weight_exponents: str | None = None) -> Int8Case:
+    """The case of `seed`; `batch_norm` and `weight_exponents` override the drawn modes (a
+    seed found before a mode was drawn keeps its case with "fold" and "tensor")."""
     batch_norm = batch_norm or random.Random(f"{seed}:batch_norm").choice(BATCH_NORMS)
+    weight_exponents = weight_exponents or random.Random(f"{seed}:weight_exponents").choice(
+        WEIGHT_EXPONENTS)
     rng = random.Random(seed)
     graph = random_graph(rng, INT8_OPS, partial(accepts, batch_norm=batch_norm), _input_shape)
     graph = replace(graph, loss="cross_entropy", outputs=max(graph.outputs, 2))
     config = NITI(mu=(rng.randint(3, 6),), milestones=(), adaptive_rescale=rng.random() < 0.5,
-                  max_interval=rng.choice([1, 2, 4]), batch_norm=batch_norm)
+                  max_interval=rng.choice([1, 2, 4]), batch_norm=batch_norm,
+                  weight_exponents=weight_exponents)
     return Int8Case(seed, graph, config, rng.randint(1, 3))
 
 
