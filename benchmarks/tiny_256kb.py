@@ -114,6 +114,9 @@ def main() -> None:
     p.add_argument("--pretrain-epochs", type=int, default=6)
     p.add_argument("--test", type=int, default=200, help="test images of digits 5-9")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--weight-exponents", choices=["channel", "tensor"], default="channel",
+                   help="int8 weights' exponents: per output channel (folding spreads channel "
+                        "scales) or one per tensor")
     p.add_argument("--out", type=Path, default=Path("results/tiny_256kb.json"))
     args = p.parse_args()
     torch.manual_seed(args.seed)
@@ -136,12 +139,14 @@ def main() -> None:
         ("int8_weights_per_channel", power_of_two_weights(model, True)))}
     order = np.random.default_rng(args.seed).integers(0, len(x_new), args.steps)
     example, label = torch.from_numpy(x_new[:1]), torch.from_numpy(y_new[:1])
-    results = {"size": args.size, "steps": args.steps, "rule": "biases + last layer"}
+    results = {"size": args.size, "steps": args.steps, "rule": "biases + last layer",
+               "weight_exponents": args.weight_exponents}
 
     with tempfile.TemporaryDirectory(prefix="ub_256kb_") as tmp:
         int8 = ub.compile(copy.deepcopy(model), (example,), label, precision="int8",
                           target="cortex-m7", trainable=RULE, out_dir=Path(tmp) / "int8",
-                          optimizer=ub.NITI(mu=(4, 3), milestones=(args.steps // 2,)))
+                          optimizer=ub.NITI(mu=(4, 3), milestones=(args.steps // 2,),
+                                            weight_exponents=args.weight_exponents))
         full = ub.compile(copy.deepcopy(model), (example,), label, precision="int8",
                           target="cortex-m7", out_dir=Path(tmp) / "full")
         fp32 = ub.compile(copy.deepcopy(model), (example,), label, trainable=RULE,
