@@ -132,8 +132,7 @@ def main() -> None:
     x_old, y_old = x_test[~new_test][:args.test], y_test[~new_test][:args.test]
 
     def torch_predict(net):
-        with torch.no_grad():
-            return lambda xs: net(torch.from_numpy(xs)).numpy()
+        return lambda xs: net(torch.from_numpy(xs)).detach().numpy()
     old_classes = {name: evaluate(torch_predict(net), x_old, y_old) for name, net in (
         ("fp32", model), ("int8_weights_per_tensor", power_of_two_weights(model, False)),
         ("int8_weights_per_channel", power_of_two_weights(model, True)))}
