@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .niti_graph import Rewriter
 
 
-def _per_channel(rw: Rewriter, weight, channels: int, total, exponents, axis: int
+def _at_coarsest(rw: Rewriter, weight, channels: int, total, exponents, axis: int
                  ) -> Accumulator:
     """A product by a weight whose exponents per channel it kept (its channel axis
     `channels` was the product's `axis`) brought to the coarsest one
@@ -50,7 +50,7 @@ def _conv2d(rw: Rewriter, call, name):
     w, ew = rw.operand(weight, name, channels_out=0)
     total = rw.emit(R.nn.conv2d(x, w, a.strides, a.padding, a.dilation, a.groups,
                                 a.data_layout, a.kernel_layout, a.out_layout, out_dtype=INT32))
-    return _per_channel(rw, weight, 0, total, ex + ew, axis=1)
+    return _at_coarsest(rw, weight, 0, total, ex + ew, axis=1)
 
 
 def _conv2d_transpose(rw: Rewriter, call, name):
@@ -69,7 +69,7 @@ def _matmul(rw: Rewriter, call, name):
     x, ex = rw.operand(rw.env[call.args[0]], name)
     w, ew = rw.operand(weight, name, channels_out=last)  # x W^T: W's channels come last
     total = rw.emit(R.matmul(x, w, out_dtype=INT32))
-    return _per_channel(rw, weight, last, total, ex + ew, axis=len(shape_of(call)) - 1)
+    return _at_coarsest(rw, weight, last, total, ex + ew, axis=len(shape_of(call)) - 1)
 
 
 def _moved_axis(axis: int | None, call) -> int | None:
