@@ -153,20 +153,13 @@ def test_a_tolerance_never_comes_from_a_run_on_the_other_side_of_a_kink():
     """Unpinned, the float32 runs' own side of the ReLU gives fc.weight a tolerance of 8x
     the whole gradient, and a C 3% off passes; pinned, the tolerance is float32 rounding
     and the same C fails (its step stays "near kink": no C tensors to replay here)."""
-    from ubitrain.fidelity.referee import referee
 
     torch.manual_seed(0)
     model = ReluNearZero()
     ref = Reference(model, ub.SGD(lr=1.0), "cross_entropy", [n for n, _ in
                                                              model.named_parameters()])
     data = [(torch.tensor([[W]]), torch.tensor([1]))]
-    tolerance = {}
-    for pin in (False, True):
-        right = referee(_Float64Trainer(ref), ref, data, pin=pin)
-        assert right.status == "match", right.summary()
-        tolerance[pin] = next(c.tolerance for c in right.checks if c.name == "fc.weight")
-        wrong = referee(_Float64Trainer(ref, "fc.weight", 0.03), ref, data, pin=pin)
-        assert (wrong.status == "match") == (not pin), wrong.summary()
+    tolerance, wrong = _tolerances_unpinned_and_pinned(ref, data)
     assert tolerance[False] > 1 and tolerance[True] < 1e-4, tolerance
 
 
@@ -321,6 +314,21 @@ def test_a_tolerance_near_each_kink_is_rounding_and_its_excuse_is_bounded(name):
 
     ref = _kink_reference(name)
     data = [_batch(E)]
+    tolerance, wrong = _tolerances_unpinned_and_pinned(ref, data)
+    assert tolerance[False] > 0.03 and tolerance[True] < 1e-4, tolerance
+    assert wrong.status == "near kink" and not wrong.unpinned, wrong.summary()
+    effect = next(c.kink_effect for c in wrong.failures if c.name == "fc.weight")
+    assert 0.03 < effect < 10, wrong.summary()
+    large = referee(_Float64Trainer(ref, "fc.weight", 1.5 * FLIP_FACTOR * effect), ref, data)
+    assert large.status == "mismatch", large.summary()
+
+
+def _tolerances_unpinned_and_pinned(ref, data):
+    """fc.weight's tolerance unpinned and pinned ({pin: tolerance}), each for a C that is
+    right (a match) and one 3% off there (a match only unpinned); the pinned verdict on
+    the wrong one."""
+    from ubitrain.fidelity.referee import referee
+
     tolerance = {}
     for pin in (False, True):
         right = referee(_Float64Trainer(ref), ref, data, pin=pin)
@@ -328,9 +336,4 @@ def test_a_tolerance_near_each_kink_is_rounding_and_its_excuse_is_bounded(name):
         tolerance[pin] = next(c.tolerance for c in right.checks if c.name == "fc.weight")
         wrong = referee(_Float64Trainer(ref, "fc.weight", 0.03), ref, data, pin=pin)
         assert (wrong.status == "match") == (not pin), wrong.summary()
-    assert tolerance[False] > 0.03 and tolerance[True] < 1e-4, tolerance
-    assert wrong.status == "near kink" and not wrong.unpinned, wrong.summary()
-    effect = next(c.kink_effect for c in wrong.failures if c.name == "fc.weight")
-    assert 0.03 < effect < 10, wrong.summary()
-    large = referee(_Float64Trainer(ref, "fc.weight", 1.5 * FLIP_FACTOR * effect), ref, data)
-    assert large.status == "mismatch", large.summary()
+    return tolerance, wrong
