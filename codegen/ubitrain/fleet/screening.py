@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UbitrainError
+from ..niti.channel_exponents import by_channel
 
 SCREENS = ("norm", "finite", None)
 NORM_FACTOR = 10.0
@@ -38,8 +39,7 @@ def _delta_norm(update: dict, sent: dict) -> float:
         if value.dtype.kind == "f":
             total += float(np.sum((value.astype(np.float64) - base) ** 2))
         elif value.dtype == np.int8 and name + ".exponent" in update:
-            e = np.asarray(update[name + ".exponent"], np.float64).reshape(-1)
-            scale = np.exp2(e.reshape(-1, *[1] * (value.ndim - 1)) if e.size > 1 else e[0])
+            scale = np.exp2(by_channel(update[name + ".exponent"], value.ndim).astype(np.float64))
             total += float(np.sum(((value.astype(np.float64) - base) * scale) ** 2))
     return float(np.sqrt(total))
 

@@ -67,3 +67,9 @@ def update(q, grad, e, mu: int) -> np.ndarray:
     s = shift_for(grad, mu)
     steps = _per_channel(grad, s - (int(np.max(e)) - as_i64(e)), 0, psto_shift)
     return clip8(as_i64(q) - clip8(steps)).astype(np.int8)
+
+
+def by_channel(exponent, ndim: int) -> np.ndarray:
+    """An exponent [1] or [C] shaped to scale a parameter of `ndim` axes (channels first)."""
+    e = np.asarray(exponent, np.int64)
+    return e.reshape(-1, *[1] * (ndim - 1)) if e.size > 1 else e.reshape(()) + 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError
+from ..niti.channel_exponents import by_channel
 from ..niti.rescale import REDUCTIONS, SITE_FIELDS, SKIPS
 
 EXPONENT = ".exponent"  # the suffix of a parameter's exponent
@@ -48,7 +49,7 @@ class Int8Trainer:
     def parameters(self) -> dict[str, np.ndarray]:
         raw = self.inner.parameters()
         return {name: np.ldexp(raw[name].astype(np.float64),
-                               _by_channel(raw[name + EXPONENT], raw[name].ndim)
+                               by_channel(raw[name + EXPONENT], raw[name].ndim)
                                ).astype(np.float32)
                 for name in self._names}
 
@@ -86,7 +87,7 @@ class Int8Trainer:
                     raise InputError(f"parameter {name!r} holds inf or NaN")
                 limit = LIMITS[raw[name].dtype]
                 scaled = np.ldexp(value.astype(np.float64),
-                                  -_by_channel(exponents[name], value.ndim))
+                                  -by_channel(exponents[name], value.ndim))
                 value = np.clip(np.sign(scaled) * np.floor(np.abs(scaled) + 0.5), -limit, limit)
                 value = value.astype(raw[name].dtype)
             out[name] = value
@@ -137,9 +138,3 @@ def _exponent(name: str, given, shape: tuple) -> np.ndarray:
                          f"{name}'s integer values, an int32), got {exponent.dtype} "
                          f"{list(np.shape(given))}")
     return exponent.astype(np.int32)
-
-
-def _by_channel(exponent: np.ndarray, ndim: int) -> np.ndarray:
-    """An exponent [1] or [C] shaped to scale a parameter of `ndim` axes (channels first)."""
-    e = np.asarray(exponent, np.int64)
-    return e.reshape(-1, *[1] * (ndim - 1)) if e.size > 1 else e.reshape(()) + 0
