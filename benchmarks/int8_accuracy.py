@@ -13,8 +13,10 @@ trained with batch statistics. int8: the step derived from the float graph
 "int8_batch_norm", NITI(batch_norm="integer"): NITI's integer BatchNorm with batch
 statistics instead),
 NITI's update with mu 5, 4, 3 over the thirds of training (--mu); counted (every shift reduced)
-and adaptive rescaling. "fp32_folded" (nets with BatchNorm): the int8 run's network, each
-BatchNorm folded into its conv at the start, trained in fp32: what folding alone costs.
+and adaptive rescaling; "_channel": an exponent per output channel of each weight
+(NITI(weight_exponents="channel")) instead of one per tensor. "fp32_folded" (nets with
+BatchNorm): the int8 run's network, each BatchNorm folded into its conv at the start,
+trained in fp32: what folding alone costs.
 """
 
 from __future__ import annotations
@@ -61,11 +63,14 @@ def run(model_name: str, epochs: int, seed: int, mu, work: Path) -> dict:
                             optimizer=ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4),
                             out_dir=work / f"{model_name}_fp32_folded", progress=False)
         out["fp32_folded"] = train_and_score("fp32 folded", folded, *data)["accuracy"]
-    runs = [("int8", False, "fold"), ("int8_adaptive", True, "fold")]
+    runs = [("int8", False, "fold", "tensor"), ("int8_adaptive", True, "fold", "tensor"),
+            ("int8_channel", False, "fold", "channel")]
     if batch_norms(model):  # NITI's integer BatchNorm with batch statistics instead
-        runs.append(("int8_batch_norm", False, "integer"))
-    for key, adaptive, norm in runs:
-        config = dataclasses.replace(niti_config(total, adaptive, mu), batch_norm=norm)
+        runs += [("int8_batch_norm", False, "integer", "tensor"),
+                 ("int8_batch_norm_channel", False, "integer", "channel")]
+    for key, adaptive, norm, exponents in runs:
+        config = dataclasses.replace(niti_config(total, adaptive, mu), batch_norm=norm,
+                                     weight_exponents=exponents)
         pkg = int8_package(copy.deepcopy(model), x0, y0, config, work / f"{model_name}_{key}")
         out[key] = train_and_score(key, pkg, *data)["accuracy"]
     return out

@@ -64,8 +64,29 @@ def test_on_every_cross_target_too(target, tmp_path):
                                batch_norm="integer").close()
 
 
+def test_frozen_per_channel_weights_are_read_at_one_exponent_from_flash(tmp_path):
+    """On a board, where frozen weights stay in flash, the backward's copy of a frozen
+    per-channel weight at its coarsest exponent is made at compile time (a constant in flash),
+    not in the arena every step; only the trained weights' copies are left to the step, which
+    is still the reference's bit for bit."""
+    require_tools("cortex-m4")
+    rule = ub.SparseUpdate(biases=True, last_layers=1)
+    trainer = assert_trains_as_reference(MODELS[4], "counted", "cortex-m4", tmp_path,
+                                         weight_exponents="channel", trainable=rule)
+    copies = [c for c in trainer.package.programs["train_step"].calls
+              if "weight_at_coarsest" in c.kernel]
+    trainer.close()
+    assert copies, "no trained per-channel weight: the test would not see the step's copies"
+    assert all(any(a.root.kind == "parameter" for a in c.reads) for c in copies)
+    host = ub.compile(MODELS[4](), *int8_batches(1)[0], precision="int8", trainable=rule,
+                      optimizer=ub.NITI(weight_exponents="channel"), out_dir=tmp_path / "host",
+                      progress=False)
+    on_host = [c for c in host.programs["train_step"].calls if "weight_at_coarsest" in c.kernel]
+    assert len(on_host) > len(copies), "no frozen weight on the backward path to fold"
+
+
 def assert_trains_as_reference(make, rescaling, target, tmp_path, first_step=0,
-                               batch_norm="fold", weight_exponents="tensor"):
+                               batch_norm="fold", weight_exponents="tensor", trainable=None):
     """The trainer after STEPS steps checked against the reference (the caller closes it)."""
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
@@ -74,7 +95,8 @@ def assert_trains_as_reference(make, rescaling, target, tmp_path, first_step=0,
                      adaptive_rescale=rescaling == "adaptive", max_interval=4,
                      batch_norm=batch_norm, weight_exponents=weight_exponents)
     pkg = ub.compile(model, (batches[0][0],), batches[0][1], precision="int8",
-                     optimizer=config, target=target, out_dir=tmp_path / "net", progress=False)
+                     optimizer=config, target=target, out_dir=tmp_path / "net", progress=False,
+                     trainable=trainable)
     trainer = pkg.build()
     trainer.reset_optimizer_state(step=first_step)
     run = compare_with_reference(trainer, model, [(x.numpy(), y.numpy()) for x, y in batches],

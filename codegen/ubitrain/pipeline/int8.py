@@ -20,6 +20,8 @@ Lowering:
     predict               the evaluation-mode forward (exact rescaling)
       share_in_place *    elementwise outputs over inputs that die there
     frozen_state_in_flash on a board: state no step writes as const data in flash
+      fold_frozen_calls *   kernels over frozen weights evaluated at compile time (a
+                            per-channel weight at its coarsest exponent, for the backward)
     plan_memory           one arena
 Finishing:
     fit_memory_budget     recompute or page to fit a budget (one micro-batch)
@@ -169,6 +171,10 @@ INT8 = Pipeline(
         Step("frozen_state_in_flash", fp32.frozen_in_flash, "on targets whose flash and SRAM "
              "are distinct, state no step writes (the exponents, frozen layers) as const data "
              "(program/frozen_state.py)"),
+        Rewrite("fold_frozen_calls", fp32.fold_frozen, "kernels over frozen weights evaluated "
+                "at compile time (the backward's copy of a frozen per-channel weight at its "
+                "coarsest exponent), on targets that keep frozen state in flash "
+                "(program/frozen_state.py)", requires=fp32.state_in_flash),
         Step("plan_memory", fp32.memory_plan, "one arena (memory/plan.py)", phase=fp32.PLAN),
     ),
     finishing=(

@@ -50,7 +50,8 @@ def fold_frozen_calls(programs: list[Program], library) -> int:
     for prog in programs:
         kept = []
         for call in prog.calls:
-            func = None if call.builtin or call.scratch else library.prim_func(call.kernel)
+            # a call's scratch is the PrimFunc's own allocation, which the host build makes itself
+            func = None if call.builtin else library.prim_func(call.kernel)
             if func is None or not _foldable(call, written_by):
                 kept.append(call)
                 continue
