@@ -44,8 +44,8 @@ import torch
 from _results import write_json
 
 import ubitrain as ub
-from ubitrain.int8 import overlap
-from ubitrain.int8.offload_trainer import build_emulated_split, start_dsp
+from ubitrain.offload import overlap
+from ubitrain.offload.trainer import build_emulated_split, start_dsp
 from ubitrain.runtime.target_build import build_driver
 from ubitrain.targets import get_target
 from ubitrain.zoo import ZOO

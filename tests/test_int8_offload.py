@@ -1,22 +1,55 @@
 """The int8 step split between the CPU (host, or aarch64-neon under qemu-aarch64) and the DSP
-(hexagon-v66 under qemu-hexagon), joined by the offload interface over pipes (the chain-only
-pipeline, pipeline/int8_chain.py): bit for bit its numpy reference, also with the
-weight-gradient convs split by images. A missing toolchain skips locally and fails in CI
-(CI=true)."""
+(hexagon-v66 under qemu-hexagon), joined by the offload interface over pipes: bit for bit
+NITI's numpy reference (fidelity/niti_check.py) on a net with biases, BatchNorm, a depthwise
+conv and a residual add; and, with a DSP cache of one's own, the chain-only pipeline's
+weight-gradient convs split by images against its own reference. A missing toolchain skips
+locally and fails in CI (CI=true)."""
 
 import numpy as np
 import pytest
 import torch
 from harness import require_tools
-from niti_harness import check_chain_against_reference
+from niti_harness import check_against_reference, check_chain_against_reference
 
 import ubitrain as ub
+from tools.int8_models import MODELS
 from ubitrain.zoo import DigitsCNNNiti
 
 STEPS = 3
 
 
-def test_split_step_equals_the_reference(tmp_path):
+def split_data(batch: int, seed: int):
+    gen = np.random.default_rng(seed)
+    return [(gen.standard_normal((batch, 1, 8, 8)).astype(np.float32),
+             gen.integers(0, 10, batch)) for _ in range(STEPS)]
+
+
+@pytest.mark.parametrize("cpu_target", ["host", "aarch64-neon"])
+def test_split_step_equals_the_reference(cpu_target, tmp_path):
+    """The CPU part in this process (host) or, the Android setting, built for aarch64 and run
+    under qemu-aarch64, the two emulators joined by FIFOs; CPU kernels run while the DSP
+    works on a segment."""
+    require_tools("hexagon-v66")
+    require_tools(cpu_target)
+    data = split_data(16, 0)
+    torch.manual_seed(0)
+    model = MODELS[4]()  # biases, BatchNorm, a depthwise conv, a residual add
+    config = ub.NITI(mu=(5, 4), milestones=(2,), adaptive_rescale=True, max_interval=2,
+                     dsp_offload=True, cpu_target=cpu_target)
+    split = ub.compile(model, (torch.from_numpy(data[0][0]),), torch.from_numpy(data[0][1]),
+                       precision="int8", optimizer=config, target="hexagon-v66",
+                       out_dir=tmp_path / "split", progress=False)
+    on_dsp = [p.kernel for p in split.placement if p.where == "dsp"]
+    assert len(split.segments) >= 2  # forward and backward runs on the DSP
+    assert any("conv2d" in k for k in on_dsp)
+    assert not any("softmax" in k or "quantize" in k for k in on_dsp)  # read the caller's data
+    assert any(ov.kernels for ov in split.overlaps)
+    check_against_reference(split, model, data, config)
+
+
+def test_weight_gradients_split_by_images_equal_the_chain_reference(tmp_path):
+    """A DSP cache of one's own (NITI(dsp_cache_bytes=...)) still goes through the chain-only
+    pipeline, whose weight-gradient convs go image chunk by image chunk."""
     require_tools("hexagon-v66")
     gen = np.random.default_rng(0)
     data = [(gen.standard_normal((32, 1, 8, 8)).astype(np.float32), gen.integers(0, 10, 32))
@@ -36,29 +69,6 @@ def test_split_step_equals_the_reference(tmp_path):
     dsp_source = (tmp_path / "split" / "dsp" / "dsp_main.c").read_text()
     assert "images go 3 at a time" in dsp_source and "images go 4 at a time" in dsp_source
     check_chain_against_reference(split, data, split_config)
-
-
-def test_split_step_with_cpu_part_under_qemu_aarch64(tmp_path):
-    """The Android setting: the CPU part built for aarch64-neon (NEON kernels) runs under
-    qemu-aarch64, the DSP part under qemu-hexagon, the two emulators joined by FIFOs, CPU
-    kernels running while the DSP works on a segment; several steps in one pair of emulator
-    processes, bit for bit the numpy reference."""
-    require_tools("hexagon-v66")
-    require_tools("aarch64-neon")
-    gen = np.random.default_rng(1)
-    data = [(gen.standard_normal((8, 1, 8, 8)).astype(np.float32), gen.integers(0, 10, 8))
-            for _ in range(4)]
-    x, y = torch.from_numpy(data[0][0]), torch.from_numpy(data[0][1])
-    torch.manual_seed(1)
-    model = DigitsCNNNiti()
-    common = dict(mu=(5, 4), milestones=(2,), adaptive_rescale=True, max_interval=2)
-    split = ub.compile(model, (x,), y, precision="int8", target="hexagon-v66",
-                       optimizer=ub.NITI(dsp_offload=True, cpu_target="aarch64-neon", **common),
-                       out_dir=tmp_path / "split")
-    assert "__neon" in (tmp_path / "split" / "model.c").read_text()  # the Android CPU's kernels
-    # the DSP's weight updates run while the CPU part computes the first layers' errors
-    assert any(ov.kernels for ov in split.overlaps)
-    check_chain_against_reference(split, data, split.config)
 
 
 def test_cpu_target_must_be_a_cpu():

@@ -3,8 +3,8 @@
 
 from types import SimpleNamespace
 
-from ubitrain.int8 import overlap
-from ubitrain.int8.offload import Segment
+from ubitrain.offload import overlap
+from ubitrain.offload.split import Segment
 from ubitrain.program.ir import Call, Program, Slot
 
 

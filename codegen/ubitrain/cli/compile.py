@@ -130,7 +130,7 @@ def run(args) -> int:
           f"tensor(s), {pkg.kernel_count} C kernels")
     print(f"memory plan: {pkg.memory_plan.summary()}")
     if getattr(pkg, "placement", None):  # int8 on hexagon-v66: which kernel runs where
-        from ..int8.placement import placement_report
+        from ..offload.placement import placement_report
         print("placement of the int8 step (the split of ub.NITI(dsp_offload=True)):")
         print(placement_report(pkg.placement, pkg.programs["train_step"]))
     print(f"C project written to {out_dir}/ (model.h, model.c, CMakeLists.txt, runtime_c/); "

@@ -14,7 +14,7 @@ import torch
 from ..errors import CompileError, UnsupportedOpError
 from ..frontend.torch_export import export_module, module_path, op_label
 from ..niti.quantize import quantize_weight
-from . import fallback
+from ..niti import tables as fallback
 from .layers import Conv, Elementwise, Flatten, LayerProgram, MaxPool, ReLU
 
 INT32_SAFE = (2**31 - 1) // (127 * 127)  # products an int32 accumulator holds without overflow

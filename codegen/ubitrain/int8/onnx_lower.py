@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import CompileError, UnsupportedOpError
 from ..frontend.onnx_import import ONNX_CONVERTERS, _attrs
-from . import fallback
+from ..niti import tables as fallback
 from .layers import Conv, Elementwise, Flatten, LayerProgram, MaxPool, ReLU
 from .lower import add_weight, finish
 

@@ -27,6 +27,6 @@ class Int8Package(Package):
     def build(self, seed: int = 0, **kwargs):
         from ..runtime.int8_trainer import Int8Trainer
         if self.segments is not None:
-            from .offload_trainer import start_split_trainer
+            from ..offload.trainer import start_split_trainer
             return Int8Trainer(start_split_trainer(self, seed), self)
         return Int8Trainer(super().build(seed=seed, **kwargs), self)

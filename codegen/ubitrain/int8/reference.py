@@ -23,7 +23,7 @@ from ..niti.pooling import max_pool, max_pool_backward
 from ..niti.quantize import dequantize, quantize
 from ..niti.rescale import ADAPTIVE, EXACT, EXACT_COUNTED, EXPONENT, SITE_FIELDS, site_shift
 from ..niti.rounding import as_i64, clip8, psto_shift, round_shift
-from .fallback import table_index
+from ..niti.tables import table_index
 from .layers import (
     INPUT_EXPONENT_INDEX,
     STEP_INDEX,

@@ -38,9 +38,9 @@ class NITI:
     float_fallback: ATen ops (e.g. "aten.gelu") allowed to run as compile-time tables of
     their float function (fallback.py); elementwise ops only.
     dsp_offload: with target="hexagon-v66", split the step into a CPU part and a DSP part
-    (Hexagon) by the placement (placement.py, offload.py).
+    (Hexagon) by the placement (offload/placement.py, offload/split.py).
     cpu_target: where the CPU part of a split step runs: "host" (loaded in this process) or
-    "aarch64-neon" (the Android CPU; built with its NEON kernels, run under qemu-aarch64).
+    "aarch64-neon" (the Android CPU, run under qemu-aarch64).
     batch_norm: "fold" (each BatchNorm folded into the conv or linear before it, with its
     running statistics) or "integer" (NITI's integer BatchNorm with batch statistics,
     niti/batch_norm.py; the graph pipeline only); "auto" chooses per model
@@ -50,7 +50,9 @@ class NITI:
     channel of a conv or linear weight, niti/channel_exponents.py; the graph pipeline only).
     dsp_cache_bytes: with target="hexagon-v66", the cache a weight-gradient convolution's
     working set (patches, errors, inputs of its images) must fit; it goes image chunk by image
-    chunk when the batch does not fit (DSP_CACHE_BYTES by default)."""
+    chunk when the batch does not fit (DSP_CACHE_BYTES by default). The chain-only
+    pipeline's (pipeline/int8_chain.py): a value of one's own compiles through it; the int8
+    pipeline's weight gradient is one kernel call, not chunked yet."""
 
     mu: tuple[int, ...] = (5, 4, 3)
     milestones: tuple[int, ...] = (200, 400)
@@ -68,7 +70,7 @@ class NITI:
         object.__setattr__(self, "mu", mu)
         object.__setattr__(self, "milestones", milestones)
         object.__setattr__(self, "float_fallback", tuple(self.float_fallback))
-        from .fallback import FUNCTIONS
+        from ..niti.tables import FUNCTIONS
         unknown = [op for op in self.float_fallback if op not in FUNCTIONS]
         if unknown:
             raise CompileError(f"NITI(float_fallback={unknown}): a float fallback exists for "

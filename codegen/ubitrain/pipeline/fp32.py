@@ -262,11 +262,14 @@ def _classes(unit) -> int | None:
     return unit.output.shape[-1] if unit.request.loss == "cross_entropy" else None
 
 
-def project(unit):
-    r, library = unit.request, unit.library
-    called = {c.kernel for prog in (unit.train, unit.predict) for c in prog.calls}
-    render_project(r.out_dir, r.name, unit.train, unit.predict, unit.plan,
-                   library.sources(called), unit.state, unit.opt_state, unit.tm.trainable,
+def project(unit, train=None, sources=()):
+    """The C project of `unit` (`train`: a step that replaces unit.train, such as a split
+    step's CPU part, with `sources` defining what it calls beyond the library's kernels)."""
+    r, library, train = unit.request, unit.library, train or unit.train
+    called = {c.kernel for prog in (train, unit.predict) for c in prog.calls}
+    render_project(r.out_dir, r.name, train, unit.predict, unit.plan,
+                   library.sources(called) + list(sources), unit.state, unit.opt_state,
+                   unit.tm.trainable,
                    unit.inputs, unit.labels, unit.output, _classes(unit), unit.frozen,
                    library.unread_arguments(), list(library.support.values()),
                    target=r.target, trace_calls=unit.trace_calls,

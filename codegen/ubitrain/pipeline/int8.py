@@ -25,10 +25,16 @@ Lowering:
     plan_memory           one arena
 Finishing:
     fit_memory_budget     recompute or page to fit a budget (one micro-batch)
-    check_board, write_project, package: as fp32.py's
+    dsp_placement         on a DSP target: each call on the DSP or the CPU
+                          (offload/placement.py)
+    check_board           as fp32.py's
+    split_for_dsp         with NITI(dsp_offload=True): the step cut into a CPU part and a
+                          DSP part (offload/split.py)
+    write_project, package: as fp32.py's
 
-(* a rewrite: `disable_passes` switches it off by name.) NITI(dsp_offload=True) and
-NITI(float_fallback=...) still go through the older chain-only pipeline (int8_chain.py).
+(* a rewrite: `disable_passes` switches it off by name.) NITI(float_fallback=...) and a
+NITI(dsp_cache_bytes=...) of one's own still go through the older chain-only pipeline
+(int8_chain.py).
 """
 
 from __future__ import annotations
@@ -40,9 +46,12 @@ import torch
 from ..errors import CompileError
 from ..int8.package import Int8Package
 from ..int8.update import NITI
+from ..memory.cost_model import KernelWork
 from ..memory.micro_batching import fit_micro_batched
 from ..niti.loss import MAX_CLASSES
 from ..niti.rescale import ADAPTIVE, EXACT_COUNTED
+from ..offload.placement import cycles, place
+from ..offload.split import graph_dsp_part, split_step
 from ..project.manifest import write_manifest
 from ..training.batch_norm_folding import batch_norm_mode, fold_batch_norms
 from ..training.niti_module import niti_training_module
@@ -79,6 +88,10 @@ def niti_graph(unit):
         raise CompileError("precision='int8' needs a float input batch and int64 class labels "
                            f"[batch]; got input {x.dtype} and labels {labels.dtype} "
                            f"{list(labels.shape)}")
+    if config.dsp_offload and not unit.target.dsp:
+        raise CompileError(f"NITI(dsp_offload=True) splits the step between a CPU and a DSP; "
+                           f"target {unit.target.name!r} has no DSP: use a DSP target such as "
+                           "'hexagon-v66'")
     if not unit.tm.trainable:
         names = ", ".join(s.name for s in unit.tm.graph.state if s.is_parameter)
         raise CompileError(f"trainable={r.trainable!r} selects no parameter to train, and "
@@ -102,17 +115,42 @@ def fit_memory_budget(unit):
                                                   r.batch, forced=1)[1:]
 
 
+def dsp_placement(unit):
+    if unit.target.dsp:
+        work = KernelWork(unit.library)
+        unit.placement = place(unit.train, lambda call: cycles(work(call), call))
+
+
+def split_for_dsp(unit):
+    r = unit.request
+    if r.optimizer.dsp_offload:
+        statement, sources = graph_dsp_part(unit.train, unit.placement, unit.plan,
+                                            unit.library)
+        unit.split = split_step(r.out_dir, r.name, unit.train, unit.placement, unit.plan,
+                                statement, sources)
+
+
+def project(unit):
+    if unit.split is None:
+        return fp32.project(unit)
+    return fp32.project(unit, unit.split.cpu_part, [unit.split.cpu_source])
+
+
 def package(unit):
-    r, tm = unit.request, unit.tm
+    r, tm, split = unit.request, unit.tm, unit.split
+    programs = {"train_step": unit.train, "predict": unit.predict}
+    if split is not None:
+        programs["cpu_part"] = split.cpu_part
     unit.package = Int8Package(
         out_dir=r.out_dir, model_name=r.name, target=r.target, memory_plan=unit.plan,
         inputs=unit.inputs, labels=unit.labels, output=unit.output,
         classes=unit.output.shape[-1], trainable=tm.trainable,
-        programs={"train_step": unit.train, "predict": unit.predict},
-        kernel_count=len(unit.library.kernels), frozen_in_flash=list(unit.frozen),
-        skipped_passes=dict(unit.skipped), config=r.optimizer,
-        integer_parameters=[s.name for s in tm.graph.state if s.is_parameter],
-        pages=fp32.paged_tensors(unit))
+        programs=programs, kernel_count=len(unit.library.kernels),
+        frozen_in_flash=list(unit.frozen), skipped_passes=dict(unit.skipped),
+        config=r.optimizer, integer_parameters=[s.name for s in tm.graph.state if s.is_parameter],
+        pages=fp32.paged_tensors(unit), placement=unit.placement,
+        segments=split.segments if split else None,
+        overlaps=split.overlaps if split else None)
     write_manifest(unit.package)  # package.json: the project loads without this process
 
 
@@ -180,10 +218,14 @@ INT8 = Pipeline(
     finishing=(
         Step("fit_memory_budget", fit_memory_budget, "keep, recompute or page to fit a budget "
              "(memory/budget.py); one micro-batch"),
+        Step("dsp_placement", dsp_placement, "on a DSP target: each call of the step on the "
+             "DSP or the CPU (offload/placement.py)"),
         Step("check_board", fp32.check_board, "the plan against the board's SRAM and flash "
              "(targets/fit.py)", phase=fp32.WRITE),
-        Step("write_project", fp32.project, "model.h, model.c, CMakeLists.txt, runtime_c "
-             "(project/emit.py)"),
+        Step("split_for_dsp", split_for_dsp, "with NITI(dsp_offload=True): the step cut into "
+             "a CPU part and a DSP part (offload/split.py)"),
+        Step("write_project", project, "model.h, model.c, CMakeLists.txt, runtime_c "
+             "(project/emit.py); a split step's CPU part"),
         Step("package", package, "what the compile tells its caller (int8/package.py)"),
     ),
     check_options=check_options,

@@ -1,12 +1,12 @@
-"""The older, chain-only int8 pipeline: what precision="int8" runs for NITI(dsp_offload=True)
-and NITI(float_fallback=...) until the int8 pipeline derived from the float graph (int8.py)
-has them. A model must be a chain of bias-free convs and linears.
+"""The older, chain-only int8 pipeline: what precision="int8" runs for NITI(float_fallback=...)
+and a NITI(dsp_cache_bytes=...) of one's own until the int8 pipeline derived from the float
+graph (int8.py) has them. A model must be a chain of bias-free convs and linears.
 
 Lowering:
     niti_layers        the model as a chain of NITI layers (int8/lower.py, int8/onnx_lower.py)
       simd_kernels *   the int8 inner loops with the ISA's intrinsics
     int8_programs      the integer train_step and predict programs (int8/program.py)
-    dsp_placement      on a DSP target: each kernel on the DSP or the CPU (int8/placement.py)
+    dsp_placement      on a DSP target: each kernel on the DSP or the CPU (int8/chain_placement.py)
     defer_dsp_updates  with dsp_offload: DSP weight updates late, beside CPU work
     plan_memory        one arena (memory/plan.py)
 Finishing:
@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import CompileError
+from ..int8.chain_placement import place_chain
 from ..int8.lower import lower_module
 from ..int8.onnx_lower import lower_onnx
 from ..int8.package import Int8Package
-from ..int8.placement import place
 from ..int8.program import build_int8_programs
 from ..int8.trainable import freeze
 from ..int8.update import NITI
@@ -125,14 +125,14 @@ def int8_programs(unit):
 
 def dsp_placement(unit):
     if unit.target.dsp:
-        unit.niti.placement = place(unit.train)
+        unit.niti.placement = place_chain(unit.train)
 
 
 def defer_dsp_updates(unit):
     n = unit.niti
     if not n.config.dsp_offload:
         return
-    from ..int8.overlap import defer_weight_updates
+    from ..offload.overlap import defer_weight_updates
     n.order = defer_weight_updates(unit.train, n.placement)
     unit.train = n.programs.train = Program(unit.train.name,
                                             [unit.train.calls[k] for k in n.order])
@@ -154,22 +154,21 @@ def check_board(unit):
 
 
 def split_for_dsp(unit):
-    """The CPU part calls the DSP part's methods (int8/offload.py), overlapped with the CPU
-    kernels that do not touch their buffers (int8/overlap.py)."""
+    """The CPU part calls the DSP part's methods (offload/split.py), overlapped with the CPU
+    kernels that do not touch their buffers (offload/overlap.py); the DSP part runs the same
+    program built with the DSP's kernels, call for call."""
     n, r = unit.niti, unit.request
     if not n.config.dsp_offload:
         return
-    from ..int8 import offload, overlap
+    from ..offload.split import kernel_statement, split_step
     full = unit.train
-    n.segments = offload.segments_of(full, n.placement)
-    cpu = offload.split_program(full, n.segments)
-    n.overlaps = overlap.schedule(cpu, n.segments, unit.plan)
-    n.cpu_part = overlap.apply(cpu, n.segments, unit.plan)
-    n.kernels = n.kernels + [offload.cpu_source(r.name, n.segments, unit.plan, n.overlaps)]
     dsp = build_int8_programs(n.layers, n.config, n.dsp_isa, _cache(unit))
-    dsp.train = Program(dsp.train.name, [dsp.train.calls[k] for k in n.order])
-    offload.render_dsp(r.out_dir, r.name, full, dsp.train, dsp.kernels, n.segments, unit.plan)
-    offload.render_cpu_driver(r.out_dir, r.name)
+    dsp_calls = [dsp.train.calls[k] for k in n.order]
+    split = split_step(r.out_dir, r.name, full, n.placement, unit.plan,
+                       lambda k: kernel_statement(dsp_calls[k].kernel, full.calls[k],
+                                                  unit.plan), dsp.kernels)
+    n.segments, n.overlaps, n.cpu_part = split.segments, split.overlaps, split.cpu_part
+    n.kernels = n.kernels + [split.cpu_source]
 
 
 def project(unit):
@@ -206,9 +205,9 @@ INT8_CHAIN = Pipeline(
         Step("int8_programs", int8_programs, "the integer train_step and predict programs "
              "(int8/program.py)", phase=LOWER),
         Step("dsp_placement", dsp_placement, "on a DSP target: each kernel on the DSP or the "
-             "CPU (int8/placement.py)"),
+             "CPU (int8/chain_placement.py)"),
         Step("defer_dsp_updates", defer_dsp_updates, "with dsp_offload: the DSP's weight "
-             "updates late, to run beside CPU kernels (int8/overlap.py)"),
+             "updates late, to run beside CPU kernels (offload/overlap.py)"),
         Step("plan_memory", memory_plan, "one arena (memory/plan.py)", phase=PLAN),
     ),
     finishing=(
@@ -217,7 +216,7 @@ INT8_CHAIN = Pipeline(
         Step("check_board", check_board, "the plan against the board's SRAM and flash "
              "(targets/fit.py)"),
         Step("split_for_dsp", split_for_dsp, "with dsp_offload: the step split into a CPU "
-             "part and a DSP part (int8/offload.py)", phase=WRITE),
+             "part and a DSP part (offload/split.py)", phase=WRITE),
         Step("write_project", project, "model.h, model.c, CMakeLists.txt, runtime_c "
              "(project/emit.py)"),
         Step("package", package, "what the compile tells its caller (package.py), and "

@@ -72,7 +72,9 @@ def _io(slot: Slot, name: str | None = None) -> _Io:
                c_type(slot.dtype), slot.index_bound)
 
 
-class _CallPrinter:
+class CallPrinter:
+    """The C statement of a call of a program, over the plan's arena."""
+
     def __init__(self, plan: MemoryPlan, constants: dict, externals: dict, unread: dict):
         self.plan, self.constants, self.externals = plan, constants, externals
         self.unread = unread  # kernel -> arguments read through another's pointer: NULL
@@ -190,7 +192,7 @@ def render_project(out_dir: Path, model_name: str, train: Program, predict: Prog
         for s in prog.slots():
             if s.kind == "output":
                 externals[id(s)] = s.name  # "loss" in train_step, "output" in predict
-    printer = _CallPrinter(plan, const_names, externals, unread or {})
+    printer = CallPrinter(plan, const_names, externals, unread or {})
     shared = shared or []
     split = split_kernels(model_name, kernels)
 

@@ -63,7 +63,7 @@ class Target:
     # SRAM (program/frozen_state.py); where flash and SRAM are distinct memories.
     frozen_state_in_flash: bool = False
     # A DSP (Hexagon): int8 kernels are placed on it, or on a CPU where it cannot run them,
-    # and NITI(dsp_offload=True) splits the step between the two (int8/placement.py).
+    # and NITI(dsp_offload=True) splits the step between the two (offload/placement.py).
     dsp: bool = False
 
     def kernel_isa(self, dtype: str = "float32") -> str:

@@ -4,18 +4,19 @@ interface of runtime_c (ub_offload.h).
 Each maximal run of consecutive kernels that the placement (placement.py) puts on the DSP
 becomes one method of the DSP part: the CPU part's step calls `ub_dsp_segment_<k>`, which
 invokes method k with every tensor the run touches (in: all of them; out: those it writes),
-and the DSP part runs the same kernels (its HVX variants) on its own copy of the arena at the
-same offsets: both parts are generated from one memory plan, so the DSP's graph is prepared
-at compile time and each step only executes it. The CPU part's copy of the arena stays the
-master copy, so the split step computes exactly what the all-CPU step computes.
+and the DSP part runs the same kernels (the int8 pipeline's portable C; the chain-only
+pipeline's HVX variants) on its own copy of the arena at the same offsets: both parts are
+generated from one memory plan, so the DSP's graph is prepared at compile time and each
+step only executes it. The CPU part's copy of the arena stays the master copy, so the split
+step computes exactly what the all-CPU step computes.
 
 The CPU part runs in this process (NITI(cpu_target="host")) or as a program under the
 Android CPU's emulator (cpu_target="aarch64-neon", render_cpu_driver), the DSP part always
 under qemu-hexagon; the two talk over pipes.
 
-The CPU part submits each segment and waits for it as late as the data allow (overlap.py);
-the weight-gradient convolutions go image chunk by image chunk within the DSP's cache budget
-(program.py, weight_grad_chunk).
+The CPU part submits each segment and waits for it as late as the data allow (overlap.py).
+In the chain-only pipeline the weight-gradient convolutions go image chunk by image chunk
+within the DSP's cache budget (int8/program.py, weight_grad_chunk).
 """
 
 from __future__ import annotations
@@ -23,14 +24,21 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
+
+import jinja2
 
 from ..errors import BuildError, CompileError
 from ..kernels.c_printer import c_type
 from ..program.ir import Call, Program
+from ..project.emit import CallPrinter, c_array
 from ..runtime.build import cmake_build
-from .program import ENV
+from . import overlap
 
 RUNTIME_C = Path(__file__).resolve().parent.parent / "runtime_c"
+ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+                         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                         undefined=jinja2.StrictUndefined)
 DSP_CMAKE = """cmake_minimum_required(VERSION 3.13)
 project(ub_dsp C)
 set(CMAKE_C_STANDARD 99)
@@ -66,6 +74,8 @@ def segments_of(train: Program, placed) -> list[Segment]:
         seg.calls.append(k)
         for s in call.args:
             r = s.root
+            if r.kind == "constant":  # compiled into the DSP part (graph_dsp_part)
+                continue
             if r.external:
                 raise CompileError(f"kernel {call.kernel} reads the caller's {r.name}; it "
                                    "cannot run on the DSP")
@@ -93,14 +103,14 @@ def split_program(train: Program, segments: list[Segment]) -> Program:
 
 def cpu_source(model_name: str, segments: list[Segment], plan, overlaps) -> str:
     during = {ov.method: ov.kernels for ov in overlaps}
-    return ENV.get_template("niti_offload.c.j2").render(
+    return ENV.get_template("offload.c.j2").render(
         variant="cpu", m=model_name,
         segments=[dict(method=s.method, buffers=s.buffers(plan), overlap=during[s.method])
                   for s in segments])
 
 
-def _statement(kernel: str, call: Call, plan) -> str:
-    """`kernel` (the DSP variant) called on the slots of the CPU part's `call`."""
+def kernel_statement(kernel: str, call: Call, plan) -> str:
+    """`kernel` (the DSP's variant) called on the arena slots of the CPU part's `call`."""
     args = [f"A + {plan.offsets[call.scratch]}u" if call.scratch else "NULL"]
     for i, s in enumerate(call.args):
         const = "" if i in call.outputs else "const "
@@ -108,25 +118,60 @@ def _statement(kernel: str, call: Call, plan) -> str:
     return f"UB_TRY({kernel}({', '.join(args)}));"
 
 
-def render_dsp(out_dir: Path, model_name: str, train: Program, dsp_train: Program,
-               dsp_kernels: list[str], segments: list[Segment], plan) -> Path:
-    """The DSP part's project in out_dir/dsp: the kernels of `dsp_train` (the same program
-    built with HVX kernels, call for call) on the slots of `train`, which the plan placed."""
-    segs = []
-    for seg in segments:
-        body = [_statement(dsp_train.calls[k].kernel, train.calls[k], plan) for k in seg.calls]
-        segs.append(dict(method=seg.method, buffers=seg.buffers(plan), body=body))
+def graph_dsp_part(train: Program, placement, plan, library) -> tuple[Callable, list[str]]:
+    """For a step of the int8 pipeline, whose kernels are portable C: (the C statement of
+    train call k on the DSP, the DSP part's sources: the constants its calls read, the
+    library's shared code and the kernels)."""
+    on_dsp = [c for c, p in zip(train.calls, placement) if p.where == "dsp"]
+    constants = {id(a.root): a.root for c in on_dsp for a in c.args
+                 if a.root.kind == "constant"}
+    names = {key: f"ub_const_dsp_{i}" for i, key in enumerate(constants)}
+    sources = [f"static const {c_type(r.dtype)} {names[key]}[{max(r.value.size, 1)}] = "
+               f"{c_array(r.value)};" for key, r in constants.items()]
+    sources += list(library.support.values()) + library.sources({c.kernel for c in on_dsp})
+    printer = CallPrinter(plan, names, {}, library.unread_arguments())
+    return (lambda k: printer.statement(train.calls[k])), sources
+
+
+def render_dsp(out_dir: Path, model_name: str, statement: Callable, dsp_sources: list[str],
+               segments: list[Segment], plan) -> Path:
+    """The DSP part's project in out_dir/dsp: `dsp_sources` (its kernels) and each segment's
+    calls, `statement(k)` being the C of the step's call k, on the plan's arena."""
+    segs = [dict(method=seg.method, buffers=seg.buffers(plan),
+                 body=[statement(k) for k in seg.calls]) for seg in segments]
     dsp = out_dir / "dsp"
     (dsp / "runtime_c").mkdir(parents=True, exist_ok=True)
     for name in ("ub_runtime.h", "ub_math.h", "ub_status.h"):
         shutil.copy(RUNTIME_C / name, dsp / "runtime_c" / name)
-    source = ENV.get_template("niti_offload.c.j2").render(
-        variant="dsp", m=model_name, kernels=dsp_kernels, segments=segs,
+    source = ENV.get_template("offload.c.j2").render(
+        variant="dsp", m=model_name, kernels=dsp_sources, segments=segs,
         arena_bytes=plan.arena_bytes, alignment=plan.alignment,
         max_buffers=max((len(s["buffers"]) for s in segs), default=1))
     (dsp / "dsp_main.c").write_text(source)
     (dsp / "CMakeLists.txt").write_text(DSP_CMAKE)
     return dsp
+
+
+@dataclass
+class DspSplit:
+    segments: list[Segment]
+    overlaps: list  # overlap.py Overlap per segment
+    cpu_part: Program  # the step the CPU runs: DSP segments submitted and waited for
+    cpu_source: str  # the C of those submits and waits
+
+
+def split_step(out_dir: Path, model_name: str, train: Program, placement, plan,
+               statement: Callable, dsp_sources: list[str]) -> DspSplit:
+    """`train` cut at the runs the placement puts on the DSP: the DSP part's project
+    (render_dsp), the CPU part's driver for an emulator (render_cpu_driver) and the CPU
+    part, which submits each run as early and waits for it as late as the data allow."""
+    segments = segments_of(train, placement)
+    cpu = split_program(train, segments)
+    overlaps = overlap.schedule(cpu, segments, plan)
+    render_dsp(out_dir, model_name, statement, dsp_sources, segments, plan)
+    render_cpu_driver(out_dir, model_name)
+    return DspSplit(segments, overlaps, overlap.apply(cpu, segments, plan),
+                    cpu_source(model_name, segments, plan, overlaps))
 
 
 CPU_DRIVER_CMAKE = """cmake_minimum_required(VERSION 3.13)
@@ -150,7 +195,7 @@ def render_cpu_driver(out_dir: Path, model_name: str) -> Path:
     cpu = out_dir / "offload_cpu"
     cpu.mkdir(parents=True, exist_ok=True)
     (cpu / "offload_main.c").write_text(
-        ENV.get_template("niti_offload.c.j2").render(variant="cpu_main", m=model_name))
+        ENV.get_template("offload.c.j2").render(variant="cpu_main", m=model_name))
     (cpu / "CMakeLists.txt").write_text(CPU_DRIVER_CMAKE.format(m=model_name))
     return cpu
 

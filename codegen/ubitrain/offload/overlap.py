@@ -45,8 +45,8 @@ def conflict(call: Call, seg, plan) -> str:
     if call.scratch is not None:
         used.append((call.scratch, True))
     for slot, writes in used:
-        if slot.root.external:
-            continue  # the caller's input or output, not in the arena
+        if slot.root.external or slot.root.kind == "constant":
+            continue  # the caller's input or output, or read-only data: not in the arena
         lo, hi = _range(slot, plan)
         for (s_lo, s_hi), seg_writes, name in seg_ranges:
             if lo < s_hi and s_lo < hi and (writes or seg_writes):

@@ -1,35 +1,34 @@
-"""Placement of the int8 training step on `hexagon-v66`: each kernel to the DSP (HVX) or the
-CPU, by a support table and a cost model, minimising transfers (Mandheling's CPU-DSP
-co-scheduling, docs/algorithms.md).
+"""Placement of an int8 training step on a DSP target (`hexagon-v66`): each kernel call to the
+DSP (HVX) or the CPU, by what the DSP may run and a cost model, minimising transfers
+(Mandheling's CPU-DSP co-scheduling, docs/algorithms.md).
 
-Support table: int8 convolutions and linear layers (forward, input error, weight gradient
-with the update), ReLU and its mask, and max-pooling run on HVX; the float input
-quantization, the loss (softmax, integer division), the float output, the pooling-gradient
-scatter, the float-fallback tables and the step bookkeeping stay on the CPU. A kernel the
-table does not list for the DSP is never placed there.
+What the DSP may run (`dsp_may_run`): any kernel of the step over the arena. The float
+input's quantization and the loss (they read the caller's input and labels) and the step's
+bookkeeping (copies, checks: builtins) stay on the CPU. The step's kernels are portable C,
+so one source builds for both sides.
 
-Cost model (cycles, estimates): CPU (AArch64 NEON, 16 int8 lanes) macs / 8 + 2 per element
-touched; DSP (HVX, 128 int8 lanes) macs / 64 + 0.25 per element. Every tensor that crosses
-between the two costs TRANSFER_CYCLES_PER_BYTE (cache maintenance of shared buffers), and
-every switch between consecutive kernels on different sides one offload round trip
-(SWITCH_CYCLES). The placement is the MILP over binary x_k (1 = DSP) with crossing variables
-t_e >= |x_producer - x_consumer| per tensor and s_k >= |x_k - x_(k-1)| per switch, solved by
-scipy.optimize.milp (HiGHS). With `ub.NITI(dsp_offload=True)` the generated C follows the
-plan (offload.py); otherwise the whole step runs on the target's own core.
+Cost model (cycles, estimates): CPU (AArch64 NEON, 16 int8 lanes) work / 8 + 2 per int8
+element touched; DSP (HVX, 128 int8 lanes) work / 64 + 0.25 per element, where work is the
+kernel's loop iterations (memory/cost_model.py: one multiply-add or elementwise operation
+each). Every tensor that crosses between the two costs TRANSFER_CYCLES_PER_BYTE (cache
+maintenance of shared buffers), and every switch between consecutive kernels on different
+sides one offload round trip (SWITCH_CYCLES). The placement is the MILP over binary x_k
+(1 = DSP) with crossing variables t_e >= |x_producer - x_consumer| per tensor and
+s_k >= |x_k - x_(k-1)| per switch, solved by scipy.optimize.milp (HiGHS). With
+`ub.NITI(dsp_offload=True)` the generated C follows the plan (split.py); otherwise the
+whole step runs on the target's own core and the placement is a report.
 """
 
 from __future__ import annotations
 
-import re
+import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from ..program.ir import Program
 
-DSP_OPS = ("conv2d", "conv2d_input_grad", "conv2d_filter_grad_update", "linear",
-           "linear_input_grad", "linear_filter_grad_update", "relu", "relu_backward",
-           "max_pool")
 TRANSFER_CYCLES_PER_BYTE = 0.5
 SWITCH_CYCLES = 20_000.0
 
@@ -44,16 +43,15 @@ class Placed:
     dsp_cycles: float
 
 
-def kernel_op(kernel: str) -> str:
-    m = re.match(r"ub_s8_(.+)_l\d+_ukernel__\w+$", kernel)
-    return m.group(1) if m else kernel
+def dsp_may_run(call) -> bool:
+    """A kernel over tensors of the arena (not the caller's), not a builtin."""
+    return not call.builtin and not any(a.root.external for a in call.args)
 
 
-def _costs(call) -> tuple[float, float]:
-    """(CPU cycles, DSP cycles): multiply-accumulates (program.py tags them) and elements."""
-    elements = sum(int(np.prod(a.shape)) for a in call.args if a.dtype == "int8")
-    macs = float(call.attrs.get("macs", 0))
-    return macs / 8 + 2 * elements, macs / 64 + 0.25 * elements
+def cycles(work: int, call) -> tuple[float, float]:
+    """(CPU cycles, DSP cycles) of `call` doing `work` loop iterations."""
+    elements = sum(math.prod(a.shape) for a in call.args if a.dtype == "int8")
+    return work / 8 + 2 * elements, work / 64 + 0.25 * elements
 
 
 def _edges(calls) -> list[tuple[int, int, int]]:
@@ -69,28 +67,25 @@ def _edges(calls) -> list[tuple[int, int, int]]:
     return edges
 
 
-def step_cycles(program: Program, on_dsp) -> float:
+def step_cycles(program: Program, placed: list[Placed], on_dsp) -> float:
     """The objective of the MILP for a given placement (one flag per call)."""
-    total = 0.0
-    for call, dsp in zip(program.calls, on_dsp):
-        cpu_cycles, dsp_cycles = _costs(call)
-        total += dsp_cycles if dsp else cpu_cycles
+    total = sum(p.dsp_cycles if dsp else p.cpu_cycles for p, dsp in zip(placed, on_dsp))
     total += sum(b * TRANSFER_CYCLES_PER_BYTE for a, c, b in _edges(program.calls)
                  if on_dsp[a] != on_dsp[c])
     total += SWITCH_CYCLES * sum(on_dsp[k] != on_dsp[k - 1] for k in range(1, len(on_dsp)))
     return total
 
 
-def place(program: Program) -> list[Placed]:
+def place(program: Program, costs: Callable, allowed: Callable = dsp_may_run,
+          op: Callable = lambda call: call.kernel) -> list[Placed]:
+    """Each call of `program` on the DSP or the CPU; `costs(call)`: (CPU cycles, DSP
+    cycles), `allowed(call)`: whether the DSP may run it, `op(call)`: its name in reports."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
     calls = program.calls
     n = len(calls)
-    placed = []
-    for call in calls:
-        cpu, dsp = _costs(call)
-        op = kernel_op(call.kernel)
-        placed.append(Placed(call.kernel, op, "cpu", op in DSP_OPS, cpu, dsp))
+    placed = [Placed(call.kernel, op(call), "cpu", allowed(call), *costs(call))
+              for call in calls]
     edges = _edges(calls)
     m, v = len(edges), n + len(edges) + max(n - 1, 0)
     c = np.zeros(v)
@@ -128,8 +123,8 @@ def placement_report(placed: list[Placed], program: Program | None = None) -> st
     on_dsp = sum(p.where == "dsp" for p in placed)
     lines.append(f"{on_dsp} of {len(placed)} kernels on the DSP (HVX), the rest on the CPU")
     if program is not None:
-        split = step_cycles(program, [p.where == "dsp" for p in placed])
-        cpu = step_cycles(program, [False] * len(placed))
+        split = step_cycles(program, placed, [p.where == "dsp" for p in placed])
+        cpu = step_cycles(program, placed, [False] * len(placed))
         lines.append(f"estimated step: {split:,.0f} cycles split, {cpu:,.0f} on the CPU alone "
                      f"({cpu / split:.2f}x; cost model estimates, not measurements)")
     return "\n".join(lines)

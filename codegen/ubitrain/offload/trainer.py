@@ -20,7 +20,7 @@ from ..runtime.emulated_trainer import EmulatedTrainer
 from ..runtime.host_trainer import HostTrainer
 from ..runtime.target_build import missing_tools, toolchain_file
 from ..targets import get_target
-from .offload import build_dsp
+from .split import build_dsp
 
 
 class SplitTrainer(HostTrainer):
