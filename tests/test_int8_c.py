@@ -7,7 +7,6 @@ import pytest
 import torch
 from niti_harness import (
     check_against_reference,
-    check_chain_against_reference,
     niti_batches,
     niti_net,
 )
@@ -49,8 +48,8 @@ def test_int8_parameters_load_and_errors(tmp_path):
     assert pkg.memory_plan.arena_bytes < fp32.memory_plan.arena_bytes
 
     with pytest.raises(ub.UnsupportedOpError,
-                       match=r"1: aten\.layer_norm; 2: aten\.gelu.*precision='fp32'"):
-        ub.compile(nn.Sequential(nn.Linear(8, 8, bias=False), nn.LayerNorm(8), nn.GELU(),
+                       match=r"1: aten\.layer_norm; 2: aten\.elu.*precision='fp32'"):
+        ub.compile(nn.Sequential(nn.Linear(8, 8, bias=False), nn.LayerNorm(8), nn.ELU(),
                                  nn.Linear(8, 3, bias=False)),
                    (torch.randn(2, 8),), torch.tensor([0, 1]), precision="int8",
                    out_dir=tmp_path / "bad")
@@ -78,7 +77,8 @@ def test_int8_parameters_load_and_errors(tmp_path):
 def test_auto_batch_norm_is_integer_from_scratch_and_folded_once_trained(tmp_path):
     """NITI(batch_norm="auto"), the default: a BatchNorm with PyTorch's initial statistics
     (a net trained from scratch) trains NITI's integer BatchNorm; one that has seen batches
-    (a trained net, fine-tuned) is folded. The package says which."""
+    (a trained net, fine-tuned) is folded, and its weights get an exponent per channel
+    (weight_exponents="auto"). The package says which."""
     torch.manual_seed(0)
     x, y = torch.randn(4, 1, 6, 6), torch.tensor([0, 1, 2, 0])
     net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU(), nn.Flatten(),
@@ -87,11 +87,17 @@ def test_auto_batch_norm_is_integer_from_scratch_and_folded_once_trained(tmp_pat
     net(x)  # the running statistics move: the net has seen a batch
     trained = ub.compile(net, (x,), y, precision="int8", out_dir=tmp_path / "trained")
     assert (fresh.config.batch_norm, trained.config.batch_norm) == ("integer", "fold")
+    assert (fresh.config.weight_exponents, trained.config.weight_exponents) == ("tensor",
+                                                                                "channel")
+    plain = ub.compile(niti_net(), (torch.randn(4, 1, 8, 8),), y, precision="int8",
+                       out_dir=tmp_path / "plain")
+    assert plain.config.weight_exponents == "tensor"  # nothing folded
 
 
 def test_float_fallback_ops_run_as_tables_bit_for_bit(tmp_path):
-    """GELU, Tanh and Sigmoid, allowed as float fallbacks, run as compile-time tables; the C
-    still equals the reference bit for bit. LayerNorm has no fallback."""
+    """GELU, Tanh and Sigmoid run as compile-time tables (niti/tables.py) with or without
+    NITI(float_fallback=...), which the int8 pipeline no longer needs; the C equals the
+    reference bit for bit. LayerNorm has no table."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.GELU(), nn.MaxPool2d(2),
                           nn.Conv2d(4, 8, 3, stride=2, padding=1, bias=False), nn.Tanh(),
@@ -100,15 +106,13 @@ def test_float_fallback_ops_run_as_tables_bit_for_bit(tmp_path):
                           nn.Sigmoid())
     data = niti_batches(6)
     x, y = torch.from_numpy(data[0][0]), torch.from_numpy(data[0][1])
-    with pytest.raises(ub.UnsupportedOpError, match=r"aten\.tanh.*aten\.sigmoid"):
-        ub.compile(model, (x,), y, precision="int8", out_dir=tmp_path / "bad",
-                   optimizer=ub.NITI(float_fallback=("aten.gelu",)))
     with pytest.raises(ub.CompileError, match="elementwise ops"):
         ub.NITI(float_fallback=("aten.layer_norm",))
     config = ub.NITI(mu=(5,), milestones=(), adaptive_rescale=True, max_interval=4,
                      float_fallback=("aten.gelu", "aten.tanh", "aten.sigmoid"))
     pkg = ub.compile(model, (x,), y, precision="int8", optimizer=config, out_dir=tmp_path / "m")
-    check_chain_against_reference(pkg, data, config)
+    assert pkg.layer_program is None  # the int8 pipeline's step, not the chain-only one's
+    check_against_reference(pkg, model, data, config)
 
 
 @pytest.mark.parametrize("trainable", [["6.weight"], ["3.weight", "6.weight"],

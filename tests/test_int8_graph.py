@@ -13,7 +13,7 @@ import torch
 from harness import CROSS, require_tools
 
 import ubitrain as ub
-from tools.int8_models import MODEL_IDS, MODELS, int8_batches
+from tools.int8_models import MODEL_IDS, MODELS, TableActivations, int8_batches
 from ubitrain.fidelity.niti_check import compare_with_reference
 
 STEPS = 4
@@ -62,6 +62,12 @@ def test_on_every_cross_target_too(target, tmp_path):
     require_tools(target)
     assert_trains_as_reference(MODELS[4], "adaptive", target, tmp_path, first_step=1,
                                batch_norm="integer").close()
+
+
+def test_table_functions_train_as_the_numpy_reference(tmp_path):
+    """Hardswish, Hardsigmoid, SiLU, Sigmoid, Tanh and GELU (both forms) by compile-time
+    table (niti/tables.py), forward and backward, with adaptive rescaling."""
+    assert_trains_as_reference(TableActivations, "adaptive", "host", tmp_path).close()
 
 
 def test_frozen_per_channel_weights_are_read_at_one_exponent_from_flash(tmp_path):

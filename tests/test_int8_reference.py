@@ -208,9 +208,11 @@ def test_unsupported_ops_are_named():
 
 @pytest.mark.parametrize("op,torch_fn", [
     ("aten.gelu", torch.nn.functional.gelu), ("aten.sigmoid", torch.sigmoid),
-    ("aten.tanh", torch.tanh), ("aten.silu", torch.nn.functional.silu)])
+    ("aten.tanh", torch.tanh), ("aten.silu", torch.nn.functional.silu),
+    ("aten.hardswish", torch.nn.functional.hardswish),
+    ("aten.hardsigmoid", torch.nn.functional.hardsigmoid)])
 def test_float_fallback_tables_follow_the_float_function_and_its_gradient(op, torch_fn):
-    from ubitrain.int8 import fallback
+    from ubitrain.niti import tables as fallback
     f, f_exp, d, d_exp = fallback.tables(op)
     for row in (0, 10, 14, 18, len(f_exp) - 1):
         e = fallback.E_LO + row

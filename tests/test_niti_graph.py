@@ -18,6 +18,7 @@ from tools.int8_models import MODEL_IDS, MODELS
 from ubitrain.errors import UnsupportedOpError
 from ubitrain.fidelity.niti_reference import NitiGraphReference
 from ubitrain.lowering.fused_kernels import legalize_fused_ops
+from ubitrain.niti import loss, quantize
 from ubitrain.niti.rescale import EXACT_COUNTED
 from ubitrain.training.batch_norm_folding import fold_batch_norms
 from ubitrain.training.graph import build_training_module
@@ -60,3 +61,41 @@ def test_a_batch_norm_that_cannot_be_folded_is_refused_by_name():
                           nn.Linear(144, 10))
     with pytest.raises(UnsupportedOpError, match="BatchNorm 2 does not directly follow"):
         fold_batch_norms(model)
+
+
+def test_the_reference_step_against_independent_pieces():
+    """One step of the reference by hand: PyTorch float64 convolutions of the integer
+    tensors, each narrowed to int8 by the largest magnitude's bit length (NITI's counted
+    shift, rounded half away from zero), the integer softmax gradient, and the last layer's
+    weight gradient as the exact product of the error and its input."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(4, 8, 3, stride=2, padding=1, bias=False), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(32, 5, bias=False))
+    x, y = torch.randn(4, 1, 8, 8), np.array([0, 1, 2, 3])
+    params = {n: quantize.quantize(p.detach().numpy()) for n, p in model.named_parameters()}
+
+    def narrowed(acc, e):
+        s = max(0, int(np.abs(acc).max()).bit_length() - 7)
+        out = np.sign(acc) * np.floor(np.abs(acc) / 2 ** s + 0.5)
+        return np.clip(out, -127, 127), e + s
+
+    def conv(a, name, stride, e):
+        w, ew = params[name]
+        acc = nn.functional.conv2d(torch.tensor(a, dtype=torch.float64),
+                                   torch.tensor(w, dtype=torch.float64), stride=stride,
+                                   padding=1).numpy()
+        return narrowed(acc, e + ew)
+
+    x8, ex = quantize.quantize(x.numpy())
+    h1, e1 = conv(x8, "0.weight", 1, ex)
+    p1 = nn.functional.max_pool2d(torch.tensor(np.maximum(h1, 0)), 2).numpy()
+    h2, e2 = conv(p1, "3.weight", 2, e1)
+    flat = np.maximum(h2, 0).reshape(4, -1)
+    w3, e3 = params["6.weight"]
+    logits, e_logits = narrowed(flat @ w3.T.astype(np.float64), e2 + e3)
+    err = loss.softmax_xent_grad(logits.astype(np.int64), e_logits, y)
+    _, grads = NitiGraphReference(model, x).step(x.numpy(), y, params)
+    want = err.astype(np.int64).T @ flat.astype(np.int64)
+    assert np.abs(want).max() > 0
+    np.testing.assert_array_equal(grads["6.weight"], want)

@@ -18,7 +18,7 @@ from tvm import te
 
 from ubitrain.kernels.library import KernelLibrary
 from ubitrain.lowering import niti_batch_norm_kernels, niti_kernels
-from ubitrain.niti import align, batch_norm, loss, quantize, rounding
+from ubitrain.niti import align, batch_norm, loss, quantize, rounding, tables
 from ubitrain.niti.rescale import ADAPTIVE, EXACT_COUNTED, EXPONENT, site_shift
 from ubitrain.niti.update import niti_update
 from ubitrain.project.emit import RUNTIME_C
@@ -26,6 +26,7 @@ from ubitrain.project.emit import RUNTIME_C
 N = 37  # elements of the elementwise cases
 BATCH, CLASSES = 4, 10
 TRIALS = 200
+ROWS = tables.E_HI - tables.E_LO + 1  # a table per input exponent
 
 def _placeholders(spec):
     return [te.placeholder(shape, dtype, f"in{i}") for i, (shape, dtype) in enumerate(spec)]
@@ -69,6 +70,11 @@ CASES = {  # name -> (kernel, input (shape, dtype)s, attributes)
              [((186,), "int64")], {}),
     "softmax_xent": (niti_kernels.niti_softmax_xent,
                      [((BATCH, CLASSES), "int8"), ((1,), "int32"), ((BATCH,), "int32")], {}),
+    "table": (niti_kernels.niti_table, [((256,), "int8"), ((1,), "int32"), ((ROWS, 256), "int8"),
+                                        ((ROWS,), "int32")], {}),
+    "table_grad": (niti_kernels.niti_table_grad,
+                   [((256,), "int8"), ((256,), "int8"), ((1,), "int32"), ((ROWS, 256), "int8"),
+                    ((ROWS,), "int32")], {}),
 }
 
 
@@ -207,6 +213,24 @@ def test_relu6_bound_is_six_at_every_exponent(kernels):
         assert got[0] == rounding.int8_bound(6, e)
         want = min(127, int(np.floor(6 / 2.0 ** e + 0.5)))  # half away from zero, 6 > 0
         assert got[0] == want, e
+
+
+def test_table_functions_read_their_tables_as_numpy_at_every_exponent(kernels):
+    """niti/tables.py: every int8 input at every exponent in the tables' range and beyond
+    (brought to its edge), the forward entry and the backward's product, as table_index
+    says. The tables are random, so that a wrong row or column cannot pass."""
+    rng = np.random.default_rng(0)
+    values = rng.integers(-127, 128, (ROWS, 256)).astype(np.int8)
+    exponents = rng.integers(-20, 5, ROWS).astype(np.int32)
+    q = np.arange(-128, 128).astype(np.int8)
+    err = rng.integers(-127, 128, 256).astype(np.int8)
+    for e in range(tables.E_LO - 12, tables.E_HI + 12):
+        col, row = tables.table_index(q, e)
+        y, ey = kernels["table"](q, np.array([e], np.int32), values, exponents)
+        assert np.array_equal(y, values[row][col]) and ey[0] == exponents[row], e
+        g, eg = kernels["table_grad"](err, q, np.array([e], np.int32), values, exponents)
+        assert np.array_equal(g, err.astype(np.int64) * values[row][col]), e
+        assert eg[0] == exponents[row]
 
 
 @pytest.mark.parametrize("case", ["align_bias", "align_bias_one"])

@@ -70,6 +70,32 @@ class OrdinaryCNN(nn.Module):
         return self.head(nn.functional.adaptive_avg_pool2d(h, 1).flatten(1))
 
 
+class TableActivations(nn.Module):
+    """Every function the int8 step computes by table (niti/tables.py), each after a conv or
+    linear: MobileNetV3's Hardswish and Hardsigmoid, EfficientNet's SiLU, Sigmoid, Tanh, and
+    GELU in both of PyTorch's forms."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(1, 8, 3, padding=1)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.pw = nn.Conv2d(8, 8, 1)
+        self.down = nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.fc = nn.Linear(8 * 4 * 4, 16)
+        self.gate = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        f = nn.functional
+        h = f.hardswish(self.stem(x))
+        h = f.silu(self.dw(h))
+        h = torch.sigmoid(self.pw(h))
+        h = torch.tanh(self.down(h))
+        h = f.gelu(self.fc(h.flatten(1)), approximate="tanh")
+        h = f.hardsigmoid(self.gate(f.gelu(h)))
+        return self.head(h)
+
+
 def chain(bias: bool):
     return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=bias), nn.ReLU(), nn.MaxPool2d(2),
                          nn.Flatten(), nn.Linear(64, 10, bias=bias))

@@ -47,6 +47,7 @@ from ..niti.pooling import AVERAGE_BITS, avg_pool, avg_pool_backward, max_pool, 
 from ..niti.quantize import dequantize, quantize
 from ..niti.rescale import EXACT, EXACT_COUNTED, SITE_FIELDS, site_shift
 from ..niti.rounding import as_i64, clip8, int8_bound, round_shift
+from ..niti.tables import table_index, tables
 
 aten = torch.ops.aten
 
@@ -67,6 +68,21 @@ class Sites:
 
 
 AVERAGES = (aten.avg_pool2d.default, aten.adaptive_avg_pool2d.default, aten.mean.dim)
+# functions by compile-time table (niti/tables.py), by their tables' name
+TABLES = {aten.sigmoid.default: "aten.sigmoid", aten.tanh.default: "aten.tanh",
+          aten.silu.default: "aten.silu", aten.gelu.default: "aten.gelu",
+          aten.hardswish.default: "aten.hardswish", aten.hardsigmoid.default: "aten.hardsigmoid"}
+
+
+@functools.cache
+def _tables(function: str, approximate: str) -> tuple:
+    return tables(function, **({} if approximate == "none" else {"approximate": approximate}))
+
+
+def _node_tables(node) -> tuple:
+    """(F, F exponents, D, D exponents) of a table node (GELU's approximate as it says)."""
+    approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+    return _tables(TABLES[node.target], approximate)
 
 
 def _groups(args) -> int:
@@ -267,6 +283,10 @@ class NitiGraphReference:
         if op == aten.max_pool2d.default:
             q, e = args[0].int8()
             return Value(max_pool(q, _pair(args[1], None)), e)
+        if op in TABLES:
+            f, f_exp, _, _ = _node_tables(node)
+            col, row = table_index(*args[0].int8())
+            return Value(f[row][col], int(f_exp[row]))
         if op in AVERAGES:
             q, e = args[0].int8()
             total = avg_pool(q, _average_window(node)).reshape(node.meta["val"].shape)
@@ -361,6 +381,13 @@ class NitiGraphReference:
         if op == aten.max_pool2d.default:
             q, _ = values[args[0]].int8()
             return {args[0]: (max_pool_backward(q, err, _pair(args[1], None)), ee)}
+        if op in TABLES:
+            _, _, d, d_exp = _node_tables(node)
+            col, row = table_index(*values[args[0]].int8())
+            if args[0].op != "call_function":
+                return {}
+            return {args[0]: self.narrow(as_i64(err) * d[row][col], ee + int(d_exp[row]),
+                                         "error", node.name)}
         if op in AVERAGES:
             shape = values[args[0]].int8()[0].shape
             spread = avg_pool_backward(err.reshape(_map_shape(node)), _average_window(node),

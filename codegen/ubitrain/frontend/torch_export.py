@@ -157,8 +157,9 @@ def op_label(target) -> str:
 
 
 def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool,
-                   extend=None) -> tuple:
-    """Convert `model` into a Relax function.
+                   extend=None, converters=None) -> tuple:
+    """Convert `model` into a Relax function (`converters`: {ATen op: converter} in place of
+    the float ones, such as the int8 pipeline's tables, ops/table_activation.py).
 
     `extend(bb, graph)` runs inside the function's dataflow block after the forward pass and
     returns `(extra_params, outputs)`: the training graph appends its loss there. Without it
@@ -213,7 +214,7 @@ def import_forward(model: torch.nn.Module, example_inputs: tuple, training: bool
     # value as an extra output; the step does not write the caller's batch back.
     input_mutations = {o.arg.name for o in signature.output_specs
                        if o.kind.name == "USER_INPUT_MUTATION"}
-    ctx = ConvertContext(bb=bb, training=training,
+    ctx = ConvertContext(bb=bb, training=training, converters=converters or {},
                          model_inputs=frozenset(s.name for s in input_specs))
 
     def body():
@@ -257,7 +258,8 @@ def _convert(ctx: ConvertContext, node, env):
     args = resolve(node.args)
     kwargs = {k: resolve(v) for k, v in node.kwargs.items()}
     try:
-        return ATEN_CONVERTERS[node.target](ctx, node, *args, **kwargs)
+        convert = ctx.converters.get(node.target) or ATEN_CONVERTERS[node.target]
+        return convert(ctx, node, *args, **kwargs)
     except CompileError:
         raise
     except Exception as err:

@@ -13,8 +13,8 @@ import torch
 
 from ..errors import CompileError, UnsupportedOpError
 from ..frontend.torch_export import export_module, module_path, op_label
-from ..niti.quantize import quantize_weight
 from ..niti import tables as fallback
+from ..niti.quantize import quantize_weight
 from .layers import Conv, Elementwise, Flatten, LayerProgram, MaxPool, ReLU
 
 INT32_SAFE = (2**31 - 1) // (127 * 127)  # products an int32 accumulator holds without overflow

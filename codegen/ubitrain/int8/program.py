@@ -18,10 +18,10 @@ import numpy as np
 
 from ..frontend.forward import c_ident, c_name
 from ..niti import loss as loss_rules
+from ..niti import tables as fallback
 from ..niti.rescale import ADAPTIVE, EXACT, EXACT_COUNTED, EXPONENT
 from ..program.ir import Call, Program, Slot
 from ..project.emit import c_array
-from . import fallback
 from .layers import (
     INPUT_EXPONENT_INDEX,
     Conv,

@@ -36,7 +36,8 @@ class NITI:
     adaptive_rescale: reuse each tensor's previous shift instead of reducing for its maximum
     every step (rescale.py); max_interval bounds the steps between two reductions.
     float_fallback: ATen ops (e.g. "aten.gelu") allowed to run as compile-time tables of
-    their float function (fallback.py); elementwise ops only.
+    their float function (niti/tables.py); elementwise ops only. The int8 pipeline tables
+    every function niti/tables.py has without it; the chain-only pipeline needs it.
     dsp_offload: with target="hexagon-v66", split the step into a CPU part and a DSP part
     (Hexagon) by the placement (offload/placement.py, offload/split.py).
     cpu_target: where the CPU part of a split step runs: "host" (loaded in this process) or
@@ -47,7 +48,9 @@ class NITI:
     (training/batch_norm_folding.py batch_norm_mode): "integer" for a net whose BatchNorms
     have never seen a batch (trained from scratch), "fold" for a trained one (fine-tuning).
     weight_exponents: "tensor" (one exponent per weight) or "channel" (one per output
-    channel of a conv or linear weight, niti/channel_exponents.py; the graph pipeline only).
+    channel of a conv or linear weight, niti/channel_exponents.py; the graph pipeline only);
+    "auto" chooses (training/batch_norm_folding.py weight_exponents_mode): "channel" where
+    BatchNorms are folded (folding spreads the channels' scales), else "tensor".
     dsp_cache_bytes: with target="hexagon-v66", the cache a weight-gradient convolution's
     working set (patches, errors, inputs of its images) must fit; it goes image chunk by image
     chunk when the batch does not fit (DSP_CACHE_BYTES by default). The chain-only
@@ -63,7 +66,7 @@ class NITI:
     cpu_target: str = "host"
     dsp_cache_bytes: int = DSP_CACHE_BYTES
     batch_norm: str = "auto"
-    weight_exponents: str = "tensor"
+    weight_exponents: str = "auto"
 
     def __post_init__(self):
         mu, milestones = tuple(self.mu), tuple(self.milestones)
@@ -88,9 +91,9 @@ class NITI:
         if self.batch_norm not in ("auto", *BATCH_NORMS):
             raise CompileError(f"NITI(batch_norm={self.batch_norm!r}): give one of "
                                f"{', '.join(map(repr, ('auto', *BATCH_NORMS)))}")
-        if self.weight_exponents not in WEIGHT_EXPONENTS:
+        if self.weight_exponents not in ("auto", *WEIGHT_EXPONENTS):
             raise CompileError(f"NITI(weight_exponents={self.weight_exponents!r}): give one of "
-                               f"{', '.join(map(repr, WEIGHT_EXPONENTS))}")
+                               f"{', '.join(map(repr, ('auto', *WEIGHT_EXPONENTS)))}")
         if self.dsp_cache_bytes < 1:
             raise CompileError(f"NITI(dsp_cache_bytes={self.dsp_cache_bytes}) must be positive")
         if not 1 <= self.max_interval <= 1 << 20:

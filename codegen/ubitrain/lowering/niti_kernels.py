@@ -17,6 +17,7 @@ from ..niti.align import ALIGN_BITS, BIAS_BITS
 from ..niti.loss import ERROR_SHIFT, GRAD_FRACTION_BITS, LOG2E_Q15, TOP_EXPONENT
 from ..niti.rescale import ADAPTIVE, COUNTDOWN, EXACT, EXPONENT, INTERVAL, REDUCTIONS, SHIFT, SKIPS
 from ..niti.rounding import LOWEST_BOUND_EXPONENT
+from ..niti.tables import E_HI, E_LO
 from ..niti.update import BIAS_MU_OFFSET
 from .tir_lower import KEEP_STAGE
 
@@ -388,7 +389,42 @@ def niti_update(param, grad, mu, exponents=None):
     return te.compute(param.shape, rule, name="niti_update")
 
 
+def _table_entry(q, e, values, exponents, name: str):
+    """niti/tables.py table_index: the table row of exponent e[0] (held to the range) and,
+    per element, the entry for q (RoundShift'ed down from below the range, shifted up with
+    clipping from above it); (entry(*i), the row's exponent (1,))."""
+    row = te.compute((), lambda: tirx.min(tirx.max(e[0] - i32(E_LO), i32(0)),
+                                          i32(E_HI - E_LO)), name=name + "_row")
+    below = te.compute((), lambda: tirx.max(i32(E_LO) - e[0], i32(0)), name=name + "_below")
+    above = te.compute((), lambda: tirx.min(tirx.max(e[0] - i32(E_HI), i32(0)), i32(8)),
+                       name=name + "_above")
+
+    def column(*i):  # q itself in range (-128 too), else moved and clipped
+        x = q(*i).astype(I64)
+        moved = clip8(tirx.Select(below() > i32(0), round_shift(x, below()),
+                                  x << above().astype(I64)))
+        inside = tirx.all(below() == i32(0), above() == i32(0))
+        return (tirx.Select(inside, x, moved) + i64(128)).astype(I32)
+
+    exponent = te.compute((1,), lambda i: exponents[row()], name=name + "_exponent")
+    return (lambda *i: values[row(), column(*i)]), exponent
+
+
+def niti_table(q, e, values, exponents, acc: str):
+    """An elementwise function by compile-time table (niti/tables.py): (F_e[q], exponent)."""
+    entry, exponent = _table_entry(q, e, values, exponents, "table")
+    return [te.compute(q.shape, entry, name="table"), exponent]
+
+
+def niti_table_grad(err, q, e, values, exponents, acc: str):
+    """Its backward: (err D_e[q] in int32, D_e's exponent)."""
+    entry, exponent = _table_entry(q, e, values, exponents, "table_grad")
+    out = te.compute(err.shape, lambda *i: err(*i).astype(I32) * entry(*i).astype(I32),
+                     name="table_grad")
+    return [out, exponent]
+
+
 NITI_KERNELS = {f.__name__: f for f in (
     niti_rescale, niti_rescale_exact, niti_align_add, niti_align_concat, niti_align_bias,
     niti_int8_bound, niti_quantize, niti_to_coarsest, niti_weight_at_coarsest,
-    niti_dequantize, niti_softmax_xent)}
+    niti_dequantize, niti_softmax_xent, niti_table, niti_table_grad)}

@@ -1,5 +1,7 @@
-"""Float fallback for elementwise ops that NITI has no integer form for (GELU, Sigmoid, Tanh,
-SiLU), when the user allows it: `ub.NITI(float_fallback=("aten.gelu",))`.
+"""Elementwise functions NITI has no integer rule for (GELU, Sigmoid, Tanh, SiLU, Hardswish,
+Hardsigmoid) as compile-time tables: the spec that the int8 pipeline (training/niti_rules.py,
+lowering/niti_kernels.py) and its numpy reference follow, and the chain-only pipeline's
+`ub.NITI(float_fallback=...)`.
 
 The float function is evaluated at compile time, not on the device: for every input exponent
 e in [E_LO, E_HI] and every int8 input q, a table holds f(q * 2^e) and one holds f'(q * 2^e),
@@ -59,9 +61,22 @@ def _silu(x):
     return x * s, s * (1 + x * (1 - s))
 
 
+def _hardswish(x):
+    """x relu6(x + 3) / 6; PyTorch's gradient: 0 up to -3, x / 3 + 1/2 up to 3 (not at
+    it), 1 from 3."""
+    f = x * np.clip(x + 3, 0, 6) / 6
+    return f, np.where(x <= -3, 0.0, np.where(x < 3, x / 3 + 0.5, 1.0))
+
+
+def _hardsigmoid(x):
+    """relu6(x + 3) / 6; PyTorch's gradient: 1/6 strictly inside (-3, 3), else 0."""
+    return np.clip(x + 3, 0, 6) / 6, np.where((x > -3) & (x < 3), 1 / 6, 0.0)
+
+
 # op label -> (f, f') on float64 arrays; kwargs of the ATen call are passed on
 FUNCTIONS = {"aten.gelu": _gelu, "aten.sigmoid": _sigmoid, "aten.tanh": _tanh,
-             "aten.silu": _silu}
+             "aten.silu": _silu, "aten.hardswish": _hardswish,
+             "aten.hardsigmoid": _hardsigmoid}
 
 
 def tables(op: str, **kwargs) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

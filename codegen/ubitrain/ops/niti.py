@@ -1,6 +1,6 @@
 """The integer ops of NITI training (precision="int8"), as fused ops of the step graph.
 
-int8/graph.py rewrites the float training graph into these and into Relax's own integer ops
+training/niti_graph.py rewrites the float training graph into these and into Relax's own integer ops
 (conv2d, matmul and their gradients with int32 accumulators, relu, max pooling on int8).
 Every int8 tensor travels with its exponent, an int32 tensor of shape (1,): value = q 2^e.
 A rescale site, int32[6] (shift, interval, countdown, reductions, skips, exponent: the
@@ -122,3 +122,16 @@ def batch_norm_backward(d_hat, x_hat, r, g):
 def batch_norm_eval(q, e, mean, var, e_mean, e_var):
     """x_hat (int8 at -F) of int8 q at e with the running statistics (evaluation)."""
     return fused_call("niti_batch_norm_eval", [q, e, mean, var, e_mean, e_var], _int8_like(q))
+
+
+def table(q, e, values, exponents):
+    """An elementwise function by compile-time table (niti/tables.py): F_e[q] and its
+    exponent, `values` [rows, 256] int8 and `exponents` [rows] int32 constants."""
+    return fused_call("niti_table", [q, e, values, exponents], [q.ty, EXPONENT_TYPE])
+
+
+def table_grad(err, q, e, values, exponents):
+    """Its backward: err D_e[q] as an int32 accumulator and the table's exponent."""
+    shape = tuple(int(d) for d in err.ty.shape)
+    return fused_call("niti_table_grad", [err, q, e, values, exponents],
+                      [relax.TensorType(shape, "int32"), EXPONENT_TYPE])

@@ -2,8 +2,8 @@
 
     fp32.py         the float32 pipeline, its steps listed in order at the top
     int8.py         the int8 (NITI) pipeline: the float one's, made integer after tracing
-    int8_chain.py   the older chain-only int8 pipeline, left for NITI(float_fallback=...)
-                    and a NITI(dsp_cache_bytes=...) of one's own until the int8 one has them
+    int8_chain.py   the older chain-only int8 pipeline, left for a NITI(dsp_cache_bytes=...)
+                    of one's own until the int8 one chunks the DSP's weight gradients
     steps.py        Step, Rewrite (a step that can be switched off, with its precondition
                     and its bit-exactness claim) and Pipeline
     unit.py         the request and the unit of compilation the steps transform
@@ -28,8 +28,8 @@ def pipeline_for(precision: str, target: str = "host", optimizer=None) -> Pipeli
     if precision not in PIPELINES:
         raise CompileError(f"precision {precision!r} is not available for target {target!r}; "
                            f"available: {', '.join(PIPELINES)}")
-    if precision == "int8" and (getattr(optimizer, "float_fallback", ()) or getattr(
-            optimizer, "dsp_cache_bytes", DSP_CACHE_BYTES) != DSP_CACHE_BYTES):
+    if precision == "int8" and getattr(optimizer, "dsp_cache_bytes",
+                                       DSP_CACHE_BYTES) != DSP_CACHE_BYTES:
         return INT8_CHAIN
     return PIPELINES[precision]
 

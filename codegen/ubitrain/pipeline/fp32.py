@@ -101,11 +101,11 @@ def state_in_flash(unit) -> str | None:
 
 # ---- lowering --------------------------------------------------------------------------------
 
-def trace(unit):
+def trace(unit, converters=None):
     r, k = unit.request, unit.micro_batches
     try:
         unit.tm = build_training_module(r.model, r.example_inputs, r.labels, r.loss,
-                                        r.trainable, k)
+                                        r.trainable, k, converters)
     except CompileError as err:
         if k == 1:
             raise

@@ -32,9 +32,8 @@ Finishing:
                           DSP part (offload/split.py)
     write_project, package: as fp32.py's
 
-(* a rewrite: `disable_passes` switches it off by name.) NITI(float_fallback=...) and a
-NITI(dsp_cache_bytes=...) of one's own still go through the older chain-only pipeline
-(int8_chain.py).
+(* a rewrite: `disable_passes` switches it off by name.) A NITI(dsp_cache_bytes=...) of
+one's own still goes through the older chain-only pipeline (int8_chain.py).
 """
 
 from __future__ import annotations
@@ -52,8 +51,9 @@ from ..niti.loss import MAX_CLASSES
 from ..niti.rescale import ADAPTIVE, EXACT_COUNTED
 from ..offload.placement import cycles, place
 from ..offload.split import graph_dsp_part, split_step
+from ..ops.table_activation import TABLE_CONVERTERS
 from ..project.manifest import write_manifest
-from ..training.batch_norm_folding import batch_norm_mode, fold_batch_norms
+from ..training.batch_norm_folding import batch_norm_mode, fold_batch_norms, weight_exponents_mode
 from ..training.niti_module import niti_training_module
 from ..training.niti_ops import check_integer_ops
 from . import fp32
@@ -61,14 +61,21 @@ from .steps import Pipeline, Rewrite, Step
 
 
 def fold_batch_norm(unit):
-    """NITI(batch_norm="auto") made the mode it means for this model (the package's config
-    says which); "fold" folds."""
+    """NITI(batch_norm="auto", weight_exponents="auto") made the modes they mean for this
+    model (the package's config says which); "fold" folds."""
     r = unit.request
     mode = batch_norm_mode(r.optimizer.batch_norm, r.model)
-    config = dataclasses.replace(r.optimizer, batch_norm=mode)
+    config = dataclasses.replace(r.optimizer, batch_norm=mode, weight_exponents=(
+        weight_exponents_mode(r.optimizer.weight_exponents, mode, r.model)))
     model = fold_batch_norms(r.model) if mode == "fold" and isinstance(
         r.model, torch.nn.Module) else r.model
     unit.request = dataclasses.replace(r, optimizer=config, model=model)
+
+
+def trace(unit):
+    """fp32's trace, with the functions NITI computes by table (niti/tables.py) as one op
+    each way (ops/table_activation.py)."""
+    fp32.trace(unit, TABLE_CONVERTERS)
 
 
 def integer_ops(unit):
@@ -180,8 +187,9 @@ INT8 = Pipeline(
              phase=fp32.TRACE),
         Step("integer_ops", integer_ops, "every op of the model one with an integer form, "
              "or an error naming those without (training/niti_ops.py)"),
-        Step("trace", fp32.trace, "the model traced, its loss appended and differentiated "
-             "(training/graph.py)"),
+        Step("trace", trace, "the model traced, its loss appended and differentiated "
+             "(training/graph.py); GELU, Sigmoid, Tanh, SiLU, Hardswish and Hardsigmoid as "
+             "table ops (ops/table_activation.py)"),
         Step("niti_graph", niti_graph, "the training module made NITI's integer one "
              "(training/niti_module.py)"),
         Step("kernel_library", fp32.kernel_library, "the kernels, each printed once "

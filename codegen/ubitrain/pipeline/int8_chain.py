@@ -1,6 +1,7 @@
-"""The older, chain-only int8 pipeline: what precision="int8" runs for NITI(float_fallback=...)
-and a NITI(dsp_cache_bytes=...) of one's own until the int8 pipeline derived from the float
-graph (int8.py) has them. A model must be a chain of bias-free convs and linears.
+"""The older, chain-only int8 pipeline: what precision="int8" runs for a
+NITI(dsp_cache_bytes=...) of one's own until the int8 pipeline derived from the float graph
+(int8.py) chunks the DSP's weight gradients by images. A model must be a chain of bias-free
+convs and linears.
 
 Lowering:
     niti_layers        the model as a chain of NITI layers (int8/lower.py, int8/onnx_lower.py)

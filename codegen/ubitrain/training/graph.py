@@ -100,9 +100,11 @@ def _adjoint_as_main(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 def build_training_module(model, example_inputs: tuple, labels, loss: str,
-                          trainable=None, micro_batches: int = 1) -> TrainingModule:
+                          trainable=None, micro_batches: int = 1,
+                          converters=None) -> TrainingModule:
     """`micro_batches` = k traces both functions on the first batch / k samples (the step
-    programs run them k times over the whole batch, program/micro_batch.py)."""
+    programs run them k times over the whole batch, program/micro_batch.py). `converters`:
+    {ATen op: converter} in place of the float ones (a PyTorch model's only)."""
     register_gradients()
     splits: list[ChannelSplit] = []
     labels_shape = tuple(labels.shape)
@@ -134,7 +136,7 @@ def build_training_module(model, example_inputs: tuple, labels, loss: str,
             return import_onnx(model, inputs, training, extend)
     else:
         def importer(inputs, training, extend=None):
-            return import_forward(model, inputs, training, extend)
+            return import_forward(model, inputs, training, extend, converters)
     train_mod, graph = importer(train_inputs, True, extend)
     predict_mod, predict_graph = importer(train_inputs, False)
 

@@ -22,7 +22,8 @@ gradient per trained parameter. Every op it does not know is refused by name.
 
 Here: the walk (`Rewriter`) and the function it builds (`rewrite_step`). The integer forms
 are in niti_values.py, each op's rule in niti_rules.py, BatchNorm's in
-niti_batch_norm_rules.py.
+niti_batch_norm_rules.py, the table functions' (GELU, Sigmoid, Hardswish...) in
+niti_table_rules.py.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..ops import niti
 from ..ops.fused_ops import fused_op_of
 from .niti_batch_norm_rules import batch_norm_backward, batch_norm_train
 from .niti_rules import RULES
+from .niti_table_rules import table_backward, table_forward
 from .niti_values import (
     INT8,
     INT32,
@@ -180,6 +182,10 @@ class Rewriter:
             return batch_norm_train(self, args, attrs or {})
         if op == "batch_norm_train_backward":
             return batch_norm_backward(self, args)
+        if op == "table_activation":
+            return table_forward(self, args, attrs or {})
+        if op == "table_activation_backward":
+            return table_backward(self, args, attrs or {})
         if op == "softmax_cross_entropy":
             logits, labels = self.quantized(args[0], "the logits"), args[1]
             out = self.emit(niti.softmax_xent_grad(logits.q, logits.e, labels), "xent")

@@ -33,6 +33,13 @@ INTEGER_OPS = {
     aten.flatten.using_ints: "flatten",
     aten.view.default: "view",
     aten.reshape.default: "reshape",
+    # by compile-time table (niti/tables.py)
+    aten.sigmoid.default: "sigmoid",
+    aten.tanh.default: "tanh",
+    aten.silu.default: "SiLU",
+    aten.gelu.default: "GELU",
+    aten.hardswish.default: "hardswish",
+    aten.hardsigmoid.default: "hardsigmoid",
 }
 # with NITI(batch_norm="integer"): NITI's integer BatchNorm (niti/batch_norm.py)
 BATCH_NORM_OPS = {aten._native_batch_norm_legit_functional.default: "BatchNorm",

@@ -20,6 +20,7 @@ class ConvertContext:
     bb: relax.BlockBuilder
     training: bool
     where: str = "<top>"
+    converters: dict = field(default_factory=dict)  # ATen op -> converter, in place of ours
     random_masks: list = field(default_factory=list)  # forward.RandomMask, in graph order
     model_inputs: frozenset = frozenset()  # names of the placeholders that are model inputs
     # model input name -> ids must lie in [0, bound): the step checks it (UB_ERR_INDEX_RANGE)
