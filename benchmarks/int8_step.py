@@ -15,17 +15,16 @@ runs init and K training steps, then init and 2K steps on the same batch, and th
 count is the difference divided by K. Averaging over K steps includes the steps on which an
 adaptive site skips its reduction (the first step of a site always reduces).
 
-The int8 step's kernels are printed plain C (pipeline/int8.py); only the DSP/CPU split
-below, which goes through the chain-only pipeline, has NEON and HVX intrinsics.
+The int8 step's kernels are printed plain C (pipeline/int8.py), on both sides of the split.
 
 The DSP/CPU split (hexagon-v66, NITI(dsp_offload=True, cpu_target="aarch64-neon")): the CPU
 part runs as a driver under qemu-aarch64, the DSP part under qemu-hexagon, joined by FIFOs
-(int8/offload_trainer.py). Both emulators trace at once, so one run gives the instructions of
+(offload/trainer.py). Both emulators trace at once, so one run gives the instructions of
 the CPU part and the packets of the DSP part; the per-step count is again the difference of
 K and 2K steps. Transfers are the bytes each step's invocations send and receive (the pipe
 protocol of runtime_c/ub_offload_pipe.h: headers, IN buffers; status, OUT buffers). They are
 compared with the whole int8 step on the CPU (aarch64-neon) and on the DSP (hexagon-v66).
-The schedule says which CPU kernels run while the DSP works on each segment (overlap.py);
+The schedule says which CPU kernels run while the DSP works on each segment (offload/overlap.py);
 the counts are per processor, so they do not show the time the overlap saves.
 """
 

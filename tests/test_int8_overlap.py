@@ -1,5 +1,5 @@
 """Which CPU kernels of a split int8 step run between a DSP segment's submit and its wait
-(int8/overlap.py): dependencies by tensor and by arena bytes, on a hand-made step."""
+(offload/overlap.py): dependencies by tensor and by arena bytes, on a hand-made step."""
 
 from types import SimpleNamespace
 
@@ -69,21 +69,3 @@ def test_segment_is_submitted_before_independent_cpu_kernels():
     order = [c.kernel for c in overlap.apply(program, [seg], plan).calls]
     assert order == ["k_writes_a", "ub_dsp_submit_0", "k_independent", "ub_dsp_wait_0",
                      "k_reads_b"]
-
-
-def test_dsp_weight_update_moves_past_independent_kernels_only():
-    w, err, x, h, e2, state = slots("w", "err", "x", "h", "e2", "state")
-    state.kind = "optimizer_state"
-    calls = [Call("ub_s8_conv2d_filter_grad_update_l3", [x, err, state, w], [2, 3]),
-             Call("ub_s8_conv2d_input_grad_l3", [err, w, state, e2], [2, 3]),  # reads w
-             Call("ub_s8_relu_backward_l1", [h, e2], [1]),
-             Call("ub_s8_conv2d_filter_grad_update_l0", [x, e2, state, h], [2, 3]),
-             Call("ub_s8_step_done_l0", [state], [0])]
-    where = ["dsp", "dsp", "cpu", "cpu", "cpu"]
-    placement = [SimpleNamespace(where=p, op=c.kernel[6:-3]) for p, c in zip(where, calls)]
-    # the input gradient reads the weight the update writes: the update stays first
-    assert overlap.defer_weight_updates(Program("t", calls), placement) == [0, 1, 2, 3, 4]
-    calls[1] = Call("ub_s8_conv2d_input_grad_l3", [err, x, state, e2], [2, 3])
-    # now it passes the DSP kernel (other state sites) and the CPU ReLU, not the CPU update
-    # that writes the state vector
-    assert overlap.defer_weight_updates(Program("t", calls), placement) == [1, 2, 0, 3, 4]

@@ -40,7 +40,7 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
     for the passes that claim it. `instruments`: pipeline/instruments.py Instruments that
     watch every step. `name`: the C prefix (ub_<name>_step); by default out_dir's name."""
     start = time.perf_counter()
-    pipeline = pipeline_for(precision, target, optimizer)
+    pipeline = pipeline_for(precision, target)
     disabled = pipeline.disabled(disable_passes)
     request = checked_request(pipeline, model, example_inputs, labels, loss, optimizer,
                               trainable, target, memory_budget, out_dir, micro_batches, name)
@@ -58,7 +58,7 @@ def lower(model, example_inputs, labels, loss: str = "cross_entropy", optimizer=
     """The pipeline's lowering steps alone, at `micro_batches`: the unit with its training
     module, kernel library, step programs and memory plan, and no project written (for
     tools and tests that study the step)."""
-    pipeline = pipeline_for(precision, target, optimizer)
+    pipeline = pipeline_for(precision, target)
     request = checked_request(pipeline, model, example_inputs, labels, loss, optimizer,
                               trainable, target, None, ".", micro_batches)
     return _lowering(pipeline, request, pipeline.disabled(disable_passes), ())(micro_batches)

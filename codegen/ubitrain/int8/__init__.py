@@ -1,7 +1,6 @@
-"""precision="int8": NITI's integer-only training (docs/algorithms.md).
-
-rounding.py, quantize.py, loss.py, rescale.py, update.py and reference.py are the numpy
-reference of the algorithm; lower.py turns a module into the int8 layer program (layers.py).
+"""precision="int8": NITI's integer-only training (docs/algorithms.md): its options
+(update.py, ub.NITI) and the compile's result (package.py). The algorithm's spec is niti/,
+its numpy reference fidelity/niti_reference.py, the compile pipeline/int8.py.
 """
 
 from .update import NITI

@@ -1,6 +1,5 @@
-"""A compiled int8 model: the package of the float path, with what the int8 trainer and the
-chain-only pipeline's DSP split need (in the int8 layer: a split step starts its trainer from
-int8/offload_trainer.py)."""
+"""A compiled int8 model: the package of the float path, with what the int8 trainer and a
+DSP split need (a split step starts its trainer from offload/trainer.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ class Int8Package(Package):
     config: object = None  # ub.NITI
     integer_parameters: list[str] = field(default_factory=list)  # each with <name>.exponent
     precision: str = "int8"
-    # the chain pipeline's (pipeline/int8_chain.py) layer program and DSP split
-    layer_program: object = field(default=None, repr=False)
+    # with NITI(dsp_offload=True): the DSP split (offload/)
     placement: list | None = field(default=None, repr=False)  # hexagon-v66: DSP / CPU
     segments: list | None = field(default=None, repr=False)  # dsp_offload: DSP methods
     overlaps: list | None = field(default=None, repr=False)  # CPU kernels during each

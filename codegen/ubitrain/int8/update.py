@@ -16,12 +16,6 @@ from dataclasses import dataclass
 from ..errors import CompileError
 from ..lowering.niti_kernels import niti_update
 
-# The working-set bound of a weight-gradient convolution on hexagon-v66: half of the 512 KiB
-# L2 we assume for the v66 compute DSP (Snapdragon 855 class; not from a Qualcomm datasheet),
-# the other half left to the weights, the int32 gradient and the code. NITI(dsp_cache_bytes=)
-# overrides it.
-DSP_CACHE_BYTES = 256 * 1024
-
 # Where the CPU part of a split step (dsp_offload) can run.
 CPU_TARGETS = ("host", "aarch64-neon")
 WEIGHT_EXPONENTS = ("tensor", "channel")
@@ -35,27 +29,22 @@ class NITI:
 
     adaptive_rescale: reuse each tensor's previous shift instead of reducing for its maximum
     every step (rescale.py); max_interval bounds the steps between two reductions.
-    float_fallback: ATen ops (e.g. "aten.gelu") allowed to run as compile-time tables of
-    their float function (niti/tables.py); elementwise ops only. The int8 pipeline tables
-    every function niti/tables.py has without it; the chain-only pipeline needs it.
+    float_fallback: no longer needed: every function niti/tables.py has (GELU, Sigmoid, Tanh,
+    SiLU, Hardswish, Hardsigmoid) runs as compile-time tables anyway; still checked, so that
+    naming an op without a table is an error.
     dsp_offload: with target="hexagon-v66", split the step into a CPU part and a DSP part
     (Hexagon) by the placement (offload/placement.py, offload/split.py).
     cpu_target: where the CPU part of a split step runs: "host" (loaded in this process) or
     "aarch64-neon" (the Android CPU, run under qemu-aarch64).
     batch_norm: "fold" (each BatchNorm folded into the conv or linear before it, with its
     running statistics) or "integer" (NITI's integer BatchNorm with batch statistics,
-    niti/batch_norm.py; the graph pipeline only); "auto" chooses per model
+    niti/batch_norm.py); "auto" chooses per model
     (training/batch_norm_folding.py batch_norm_mode): "integer" for a net whose BatchNorms
     have never seen a batch (trained from scratch), "fold" for a trained one (fine-tuning).
     weight_exponents: "tensor" (one exponent per weight) or "channel" (one per output
-    channel of a conv or linear weight, niti/channel_exponents.py; the graph pipeline only);
+    channel of a conv or linear weight, niti/channel_exponents.py);
     "auto" chooses (training/batch_norm_folding.py weight_exponents_mode): "channel" where
-    BatchNorms are folded (folding spreads the channels' scales), else "tensor".
-    dsp_cache_bytes: with target="hexagon-v66", the cache a weight-gradient convolution's
-    working set (patches, errors, inputs of its images) must fit; it goes image chunk by image
-    chunk when the batch does not fit (DSP_CACHE_BYTES by default). The chain-only
-    pipeline's (pipeline/int8_chain.py): a value of one's own compiles through it; the int8
-    pipeline's weight gradient is one kernel call, not chunked yet."""
+    BatchNorms are folded (folding spreads the channels' scales), else "tensor"."""
 
     mu: tuple[int, ...] = (5, 4, 3)
     milestones: tuple[int, ...] = (200, 400)
@@ -64,7 +53,6 @@ class NITI:
     float_fallback: tuple[str, ...] = ()
     dsp_offload: bool = False
     cpu_target: str = "host"
-    dsp_cache_bytes: int = DSP_CACHE_BYTES
     batch_norm: str = "auto"
     weight_exponents: str = "auto"
 
@@ -94,8 +82,6 @@ class NITI:
         if self.weight_exponents not in ("auto", *WEIGHT_EXPONENTS):
             raise CompileError(f"NITI(weight_exponents={self.weight_exponents!r}): give one of "
                                f"{', '.join(map(repr, ('auto', *WEIGHT_EXPONENTS)))}")
-        if self.dsp_cache_bytes < 1:
-            raise CompileError(f"NITI(dsp_cache_bytes={self.dsp_cache_bytes}) must be positive")
         if not 1 <= self.max_interval <= 1 << 20:
             raise CompileError(f"NITI(max_interval={self.max_interval}) must be in [1, 2^20]")
 

@@ -1,7 +1,6 @@
 """Elementwise functions NITI has no integer rule for (GELU, Sigmoid, Tanh, SiLU, Hardswish,
 Hardsigmoid) as compile-time tables: the spec that the int8 pipeline (training/niti_rules.py,
-lowering/niti_kernels.py) and its numpy reference follow, and the chain-only pipeline's
-`ub.NITI(float_fallback=...)`.
+lowering/niti_kernels.py) and its numpy reference (fidelity/niti_reference.py) follow.
 
 The float function is evaluated at compile time, not on the device: for every input exponent
 e in [E_LO, E_HI] and every int8 input q, a table holds f(q * 2^e) and one holds f'(q * 2^e),

@@ -4,13 +4,11 @@ The offload interface is asynchronous (ub_offload_submit, later ub_offload_wait)
 part submits a segment before the CPU kernels that precede it in the step as long as they do
 not conflict with it, and runs the kernels that follow it up to the first one that conflicts;
 it waits for the segment before that kernel (and before the next segment: the DSP runs one
-at a time). defer_weight_updates orders the step so that the DSP's weight-gradient updates
-come after CPU kernels they do not depend on, which gives the early submit something to do.
-A kernel conflicts when any arena bytes it uses (arguments, scratch) overlap a buffer of the
-segment, unless it only reads them and the segment only reads them too: a transport may map
-the buffers instead of copying (FastRPC with ION), so the CPU must neither write what the DSP
-reads nor read what it writes back. The arena plan is that of the whole step, so byte ranges,
-not tensors, decide.
+at a time). A kernel conflicts when any arena bytes it uses (arguments, scratch) overlap a
+buffer of the segment, unless it only reads them and the segment only reads them too: a
+transport may map the buffers instead of copying (FastRPC with ION), so the CPU must neither
+write what the DSP reads nor read what it writes back. The arena plan is that of the whole
+step, so byte ranges, not tensors, decide.
 """
 
 from __future__ import annotations
@@ -121,42 +119,6 @@ def apply(cpu_program: Program, segments, plan) -> Program:
         if k in wait_after:
             out.append(wait_after[k])
     return Program(cpu_program.name, out)
-
-
-def defer_weight_updates(train: Program, placement) -> list[int]:
-    """An order of the step's calls in which each DSP weight-gradient update runs as late as
-    the CPU kernels after it allow, so that its segment can be submitted before them and run
-    while they do (schedule). The update of a layer writes its weight and its own sites of
-    the state vector, and reads the step counter that only step_done writes: other DSP
-    kernels, which use other sites, may pass it; a CPU kernel that uses the state vector
-    may not (the segment writes the whole vector back)."""
-    order = list(range(len(train.calls)))
-    calls = train.calls
-
-    def blocks(a: Call, b: Call, b_on_dsp: bool) -> bool:
-        wa = {id(s.root) for i, s in enumerate(a.args) if i in a.outputs}
-        ra = {id(s.root) for s in a.args}
-        for i, s in enumerate(b.args):
-            r, writes = s.root, i in b.outputs
-            state = r.kind == "optimizer_state"
-            if state and b_on_dsp and not b.kernel.startswith("ub_s8_step_done"):
-                continue
-            if id(r) in wa or (writes and id(r) in ra):
-                return True
-        return False
-
-    for pos in range(len(order) - 1, -1, -1):
-        k = order[pos]
-        if placement[k].where != "dsp" or not placement[k].op.endswith("filter_grad_update"):
-            continue
-        to = pos
-        while to + 1 < len(order):
-            j = order[to + 1]
-            if blocks(calls[k], calls[j], placement[j].where == "dsp"):
-                break
-            to += 1
-        order.insert(to, order.pop(pos))
-    return order
 
 
 def report(overlaps: list[Overlap]) -> str:

@@ -4,8 +4,8 @@ interface of runtime_c (ub_offload.h).
 Each maximal run of consecutive kernels that the placement (placement.py) puts on the DSP
 becomes one method of the DSP part: the CPU part's step calls `ub_dsp_segment_<k>`, which
 invokes method k with every tensor the run touches (in: all of them; out: those it writes),
-and the DSP part runs the same kernels (the int8 pipeline's portable C; the chain-only
-pipeline's HVX variants) on its own copy of the arena at the same offsets: both parts are
+and the DSP part runs the same kernels (portable C, built for the DSP) on its own copy of
+the arena at the same offsets: both parts are
 generated from one memory plan, so the DSP's graph is prepared at compile time and each
 step only executes it. The CPU part's copy of the arena stays the master copy, so the split
 step computes exactly what the all-CPU step computes.
@@ -15,8 +15,6 @@ Android CPU's emulator (cpu_target="aarch64-neon", render_cpu_driver), the DSP p
 under qemu-hexagon; the two talk over pipes.
 
 The CPU part submits each segment and waits for it as late as the data allow (overlap.py).
-In the chain-only pipeline the weight-gradient convolutions go image chunk by image chunk
-within the DSP's cache budget (int8/program.py, weight_grad_chunk).
 """
 
 from __future__ import annotations
@@ -74,7 +72,7 @@ def segments_of(train: Program, placed) -> list[Segment]:
         seg.calls.append(k)
         for s in call.args:
             r = s.root
-            if r.kind == "constant":  # compiled into the DSP part (graph_dsp_part)
+            if r.kind == "constant":  # compiled into the DSP part (dsp_part)
                 continue
             if r.external:
                 raise CompileError(f"kernel {call.kernel} reads the caller's {r.name}; it "
@@ -109,17 +107,8 @@ def cpu_source(model_name: str, segments: list[Segment], plan, overlaps) -> str:
                   for s in segments])
 
 
-def kernel_statement(kernel: str, call: Call, plan) -> str:
-    """`kernel` (the DSP's variant) called on the arena slots of the CPU part's `call`."""
-    args = [f"A + {plan.offsets[call.scratch]}u" if call.scratch else "NULL"]
-    for i, s in enumerate(call.args):
-        const = "" if i in call.outputs else "const "
-        args.append(f"(({const}{c_type(s.dtype)} *)(A + {plan.offsets[s.root]}u))")
-    return f"UB_TRY({kernel}({', '.join(args)}));"
-
-
-def graph_dsp_part(train: Program, placement, plan, library) -> tuple[Callable, list[str]]:
-    """For a step of the int8 pipeline, whose kernels are portable C: (the C statement of
+def dsp_part(train: Program, placement, plan, library) -> tuple[Callable, list[str]]:
+    """The DSP part of a step whose kernels are portable C: (the C statement of
     train call k on the DSP, the DSP part's sources: the constants its calls read, the
     library's shared code and the kernels)."""
     on_dsp = [c for c, p in zip(train.calls, placement) if p.where == "dsp"]

@@ -66,7 +66,6 @@ class Unit:
     frozen: dict = field(default_factory=dict)  # state kept in flash: name -> kind
     folded_bytes: int = 0  # constants that folding frozen calls added
     plan: object = None  # memory/plan.py MemoryPlan
-    niti: object = None  # int8: pipeline/int8_chain.py's NitiParts
     placement: list | None = None  # int8 on a DSP target: DSP or CPU per train_step call
     split: object = None  # with dsp_offload: offload/split.py's DspSplit
     package: object = None  # the compile's result (package.py)

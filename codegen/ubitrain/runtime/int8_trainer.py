@@ -18,8 +18,6 @@ from ..niti.rescale import REDUCTIONS, SITE_FIELDS, SKIPS
 
 EXPONENT = ".exponent"  # the suffix of a parameter's exponent
 SITE = "niti.site"  # the prefix of the rescale sites' state tensors (training/niti_module.py)
-# the chain pipeline's (pipeline/int8_chain.py) one state vector: a header, then the sites
-CHAIN_STATE, CHAIN_HEADER, CHAIN_STEP = "niti.state", 2, 0
 LIMITS = {np.dtype(np.int8): 127, np.dtype(np.int32): 2**31 - 1}
 
 
@@ -97,12 +95,6 @@ class Int8Trainer:
         """Zero the rescale sites (adaptive rescaling's shifts and intervals, the reduction
         counts) and set the count of completed steps to `step`: the mu schedule goes on from
         there. A fleet's client does this at the start of each round."""
-        chain = self.inner.optimizer_state().get(CHAIN_STATE)
-        if chain is not None:
-            state = np.zeros_like(chain)
-            state[CHAIN_STEP] = step
-            self.inner.load_optimizer_state({CHAIN_STATE: state})
-            return
         self.inner.load_parameters({k: np.zeros_like(v) for k, v in self._sites().items()})
         self.inner.steps = step
 
@@ -111,9 +103,7 @@ class Int8Trainer:
 
     def rescale_stats(self) -> dict:
         """Shift reductions done and skipped in training so far, summed over all sites."""
-        chain = self.inner.optimizer_state().get(CHAIN_STATE)
-        rows = chain[CHAIN_HEADER:] if chain is not None else \
-            np.concatenate([np.zeros(0, np.int32), *self._sites().values()])
+        rows = np.concatenate([np.zeros(0, np.int32), *self._sites().values()])
         sites = rows.reshape(-1, SITE_FIELDS)
         done, skipped = int(sites[:, REDUCTIONS].sum()), int(sites[:, SKIPS].sum())
         return {"sites": len(sites), "reductions": done, "skipped": skipped,

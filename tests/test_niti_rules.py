@@ -1,20 +1,15 @@
-"""The numpy reference of NITI's integer training (ubitrain.int8) against independent
-computations: Python integers for the rounding rules, PyTorch float64 convolutions and
-autograd for the int32 accumulations, float softmax for the loss gradient."""
+"""The rules of NITI's integer training (niti/, the spec of the int8 step and of its numpy
+reference) against independent computations: Python integers for the rounding rules,
+PyTorch float64 convolutions and autograd for the int32 accumulations, float softmax for
+the loss gradient, PyTorch's functions and gradients for the tables."""
 
 import numpy as np
 import pytest
 import torch
-from niti_harness import niti_net
 from torch import nn
 
-import ubitrain as ub
-from ubitrain.int8.lower import lower_module
-from ubitrain.int8.reference import NitiReference
-from ubitrain.int8.update import NITI
-from ubitrain.niti import int_conv, loss, pooling, quantize, rounding
+from ubitrain.niti import int_conv, loss, pooling, quantize, rounding, tables
 from ubitrain.niti.pooling import max_pool_backward
-from ubitrain.niti.rescale import INTERVAL, REDUCTIONS, SHIFT, SITE_FIELDS, SKIPS
 
 RNG = np.random.default_rng(0)
 VALUES = np.concatenate([np.arange(-600, 601), RNG.integers(-2**30, 2**30, 4000)])
@@ -141,81 +136,15 @@ def test_integer_softmax_gradient_follows_the_float_one():
         float(nn.functional.cross_entropy(torch.tensor(z / 16.0), torch.tensor(labels))))
 
 
-def test_reference_step_against_independent_pieces():
-    """One step by hand from PyTorch float64 convolutions of the integer tensors."""
-    x = torch.randn(4, 1, 8, 8)
-    y = np.array([0, 1, 2, 3])
-    program = lower_module(niti_net(), x)
-    ref = NitiReference(program, NITI(mu=(4,), milestones=()))
-    w0 = {k: v.copy() for k, v in ref.weights.items()}
-    ref.step(x.numpy(), y)
-    c1, c2, fc = program.convs()
-
-    def fwd(a, w, conv):
-        w4 = w.reshape(conv.out_shape[1], -1, *conv.kernel)
-        acc = torch.nn.functional.conv2d(torch.tensor(a, dtype=torch.float64),
-                                         torch.tensor(w4, dtype=torch.float64),
-                                         stride=conv.stride, padding=conv.padding).numpy()
-        s = max(0, int(np.abs(acc).max()).bit_length() - 7)
-        out = np.sign(acc) * np.floor(np.abs(acc) / 2 ** s + 0.5)
-        return np.clip(out, -127, 127).astype(np.int64), acc
-
-    x8, _ = quantize.quantize(x.numpy())
-    h1, _ = fwd(x8, w0[c1.weight], c1)
-    p1 = torch.nn.functional.max_pool2d(torch.tensor(np.maximum(h1, 0), dtype=torch.float64), 2)
-    h2, _ = fwd(p1.numpy(), w0[c2.weight], c2)
-    flat = np.maximum(h2, 0).reshape(4, -1)
-    logits, _ = fwd(flat.reshape(4, 32, 1, 1), w0[fc.weight], fc)
-    e_logits = ref.site(fc.fwd_site)[-1]
-    err = loss.softmax_xent_grad(logits.reshape(4, 5), int(e_logits), y).astype(np.float64)
-    grad = err.T @ flat  # the last layer's weight gradient, float64
-    s = max(0, int(np.abs(grad).max()).bit_length() - 4)
-    want = np.clip(w0[fc.weight] - rounding.psto_shift(grad.astype(np.int64), s), -127, 127)
-    assert np.array_equal(ref.weights[fc.weight], want)
-    assert np.any(want != w0[fc.weight])
-
-
-def test_adaptive_rescaling_skips_reductions_and_learns_intervals():
-    x = torch.randn(8, 1, 8, 8)
-    program = lower_module(niti_net(), x)
-    gen = np.random.default_rng(1)
-    batches = [(gen.standard_normal((8, 1, 8, 8)).astype(np.float32), gen.integers(0, 5, 8))
-               for _ in range(30)]
-    exact = NitiReference(program, NITI(mu=(4,), milestones=()))
-    adaptive = NitiReference(program, NITI(mu=(4,), milestones=(), adaptive_rescale=True,
-                                           max_interval=8))
-    for xb, yb in batches:
-        exact.step(xb, yb)
-        adaptive.step(xb, yb)
-    sites = exact.state[2:].reshape(-1, SITE_FIELDS)
-    assert np.all(sites[:, REDUCTIONS] == 30) and np.all(sites[:, SKIPS] == 0)
-    sites = adaptive.state[2:].reshape(-1, SITE_FIELDS)
-    assert np.all(sites[:, REDUCTIONS] + sites[:, SKIPS] == 30)
-    assert sites[:, SKIPS].sum() > sites[:, REDUCTIONS].sum()  # most reductions skipped
-    assert np.all(sites[:, INTERVAL] >= 1) and np.all(sites[:, INTERVAL] <= 8)
-    # a skipped site never ran with a shift smaller than the exact one (saturation check)
-    assert np.all(sites[:, SHIFT] >= 0)
-
-
-def test_unsupported_ops_are_named():
-    model = nn.Sequential(nn.Linear(8, 8, bias=False), nn.LayerNorm(8), nn.GELU(),
-                          nn.Linear(8, 3, bias=False))
-    with pytest.raises(ub.UnsupportedOpError, match=r"aten\.layer_norm.*aten\.gelu"):
-        lower_module(model, torch.randn(2, 8))
-    with pytest.raises(ub.UnsupportedOpError, match="bias=False"):
-        lower_module(nn.Sequential(nn.Linear(8, 3)), torch.randn(2, 8))
-
-
 @pytest.mark.parametrize("op,torch_fn", [
     ("aten.gelu", torch.nn.functional.gelu), ("aten.sigmoid", torch.sigmoid),
     ("aten.tanh", torch.tanh), ("aten.silu", torch.nn.functional.silu),
     ("aten.hardswish", torch.nn.functional.hardswish),
     ("aten.hardsigmoid", torch.nn.functional.hardsigmoid)])
-def test_float_fallback_tables_follow_the_float_function_and_its_gradient(op, torch_fn):
-    from ubitrain.niti import tables as fallback
-    f, f_exp, d, d_exp = fallback.tables(op)
+def test_tables_follow_the_float_function_and_its_gradient(op, torch_fn):
+    f, f_exp, d, d_exp = tables.tables(op)
     for row in (0, 10, 14, 18, len(f_exp) - 1):
-        e = fallback.E_LO + row
+        e = tables.E_LO + row
         x = torch.arange(-128, 128, dtype=torch.float64) * 2.0 ** e
         x.requires_grad_(True)
         y = torch_fn(x)
@@ -223,5 +152,5 @@ def test_float_fallback_tables_follow_the_float_function_and_its_gradient(op, to
         # within one LSB of each table's own exponent (rounding to int8)
         assert np.abs(f[row] * 2.0 ** f_exp[row] - y.detach().numpy()).max() <= 2.0 ** f_exp[row]
         assert np.abs(d[row] * 2.0 ** d_exp[row] - x.grad.numpy()).max() <= 2.0 ** d_exp[row]
-    col, row = fallback.table_index(np.array([127, -3]), fallback.E_LO - 2)  # brought up to E_LO
+    col, row = tables.table_index(np.array([127, -3]), tables.E_LO - 2)  # brought up to E_LO
     assert row == 0 and list(col - 128) == [32, -1]
