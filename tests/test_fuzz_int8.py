@@ -13,17 +13,17 @@ from tools.fuzzing.int8_case import draw_int8_case, run_int8_case
 # and campaign seeds that found a gap: 201400 (a conv that reads only padding, so Relax
 # gives its weight a zeros_like adjoint), 203115 (a one-element bias's update lost PstoShift's
 # rounding to TVM's simplifier), 203450 (a bias aligned to an all-zero input's fine exponent
-# wrapped int32), each with the modes it was found with ("fold", "tensor"); seeds 0-7 draw
-# theirs
-SEEDS = [*((seed, None, None) for seed in range(8)),
-         *((seed, "fold", "tensor") for seed in (201400, 203115, 203450))]
+# wrapped int32), each with the modes it was found with ("fold", "tensor", no tables); seeds
+# 0-7 draw theirs
+SEEDS = [*((seed, None, None, None) for seed in range(8)),
+         *((seed, "fold", "tensor", False) for seed in (201400, 203115, 203450))]
 
 
-@pytest.mark.parametrize("seed,batch_norm,weight_exponents", SEEDS)
+@pytest.mark.parametrize("seed,batch_norm,weight_exponents,tables", SEEDS)
 def test_random_int8_model_trains_as_the_numpy_reference(seed, batch_norm, weight_exponents,
-                                                         tmp_path):
+                                                         tables, tmp_path):
     torch.set_num_threads(1)
-    case = draw_int8_case(seed, batch_norm, weight_exponents)
+    case = draw_int8_case(seed, batch_norm, weight_exponents, tables)
     outcome = run_int8_case(case, tmp_path)
     assert outcome.status in ("match", "unsupported"), (
         f"seed {seed}: {outcome.status}\n{outcome.detail}\n\n{case.config}\n"

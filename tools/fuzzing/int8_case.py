@@ -12,7 +12,9 @@ adaptive, intervals up to 4) and 1 to 3 steps are drawn too.
 The BatchNorm mode is drawn first, from a stream of its own (so a "fold" case draws the
 graph it drew before the mode existed): "fold" takes a BatchNorm only after a conv (folded
 into it), "integer" after any node (NITI's integer BatchNorm with batch statistics). The weights'
-exponents (one per tensor or per output channel) are drawn from a stream of their own too.
+exponents (one per tensor or per output channel) are drawn from a stream of their own too,
+and so is whether each ReLU becomes one of the functions the step computes by table
+(niti/tables.py: GELU in both forms, SiLU, Sigmoid, Tanh, Hardswish, Hardsigmoid).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from .graphs import Graph, instantiate, random_graph
 
 INT8_OPS = ("conv2d", "linear", "relu", "batch_norm", "max_pool2d", "avg_pool2d",
             "global_avg_pool", "binary", "cat", "flatten")
+TABLE_FUNCTIONS = ("gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "hardswish", "hardsigmoid")
 
 
 def accepts(name: str, a: dict, shapes: list[tuple], producers: list[str],
@@ -65,16 +68,29 @@ class Int8Case:
     steps: int
 
 
+def with_tables(graph: Graph, seed: int) -> Graph:
+    """Each ReLU of `graph` one of TABLE_FUNCTIONS, with probability 1/2."""
+    rng = random.Random(f"{seed}:table_functions")
+    return replace(graph, nodes=tuple(
+        replace(n, op=rng.choice(TABLE_FUNCTIONS)) if n.op == "relu" and rng.random() < 0.5
+        else n for n in graph.nodes))
+
+
 def draw_int8_case(seed: int, batch_norm: str | None = None,
-                   weight_exponents: str | None = None) -> Int8Case:
-    """The case of `seed`; `batch_norm` and `weight_exponents` override the drawn modes (a
-    seed found before a mode was drawn keeps its case with "fold" and "tensor")."""
+                   weight_exponents: str | None = None, tables: bool | None = None) -> Int8Case:
+    """The case of `seed`; `batch_norm`, `weight_exponents` and `tables` override the drawn
+    modes (a seed found before a mode was drawn keeps its case with "fold", "tensor" and
+    no tables)."""
     batch_norm = batch_norm or random.Random(f"{seed}:batch_norm").choice(BATCH_NORMS)
     weight_exponents = weight_exponents or random.Random(f"{seed}:weight_exponents").choice(
         WEIGHT_EXPONENTS)
+    if tables is None:
+        tables = random.Random(f"{seed}:tables").random() < 0.5
     rng = random.Random(seed)
     graph = random_graph(rng, INT8_OPS, partial(accepts, batch_norm=batch_norm), _input_shape)
     graph = replace(graph, loss="cross_entropy", outputs=max(graph.outputs, 2))
+    if tables:
+        graph = with_tables(graph, seed)
     config = NITI(mu=(rng.randint(3, 6),), milestones=(), adaptive_rescale=rng.random() < 0.5,
                   max_interval=rng.choice([1, 2, 4]), batch_norm=batch_norm,
                   weight_exponents=weight_exponents)
