@@ -108,7 +108,7 @@ def measure_split(pkg, x, y, steps: int) -> dict:
                           for n in (steps, 2 * steps))
     return {"cpu_part_instructions_per_step": (c2 - c1) / steps,
             "dsp_part_packets_per_step": (d2 - d1) / steps,
-            "dsp_kernels": [p.op for p in pkg.placement if p.where == "dsp"], **transfers(pkg)}
+            "dsp_kernels": [p.kernel for p in pkg.placement if p.where == "dsp"], **transfers(pkg)}
 
 
 def requests(steps: int, x: np.ndarray, y: np.ndarray) -> bytes:

@@ -36,7 +36,6 @@ SWITCH_CYCLES = 20_000.0
 @dataclass
 class Placed:
     kernel: str
-    op: str
     where: str  # "dsp" or "cpu"
     dsp_allowed: bool
     cpu_cycles: float
@@ -76,16 +75,14 @@ def step_cycles(program: Program, placed: list[Placed], on_dsp) -> float:
     return total
 
 
-def place(program: Program, costs: Callable, allowed: Callable = dsp_may_run,
-          op: Callable = lambda call: call.kernel) -> list[Placed]:
+def place(program: Program, costs: Callable, allowed: Callable = dsp_may_run) -> list[Placed]:
     """Each call of `program` on the DSP or the CPU; `costs(call)`: (CPU cycles, DSP
-    cycles), `allowed(call)`: whether the DSP may run it, `op(call)`: its name in reports."""
+    cycles), `allowed(call)`: whether the DSP may run it."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
     calls = program.calls
     n = len(calls)
-    placed = [Placed(call.kernel, op(call), "cpu", allowed(call), *costs(call))
-              for call in calls]
+    placed = [Placed(call.kernel, "cpu", allowed(call), *costs(call)) for call in calls]
     edges = _edges(calls)
     m, v = len(edges), n + len(edges) + max(n - 1, 0)
     c = np.zeros(v)

@@ -5,10 +5,10 @@ Each maximal run of consecutive kernels that the placement (placement.py) puts o
 becomes one method of the DSP part: the CPU part's step calls `ub_dsp_segment_<k>`, which
 invokes method k with every tensor the run touches (in: all of them; out: those it writes),
 and the DSP part runs the same kernels (portable C, built for the DSP) on its own copy of
-the arena at the same offsets: both parts are
-generated from one memory plan, so the DSP's graph is prepared at compile time and each
-step only executes it. The CPU part's copy of the arena stays the master copy, so the split
-step computes exactly what the all-CPU step computes.
+the arena at the same offsets: both parts are generated from one memory plan, so the DSP's
+graph is prepared at compile time and each step only executes it. The CPU part's copy of
+the arena stays the master copy, so the split step computes exactly what the all-CPU step
+computes.
 
 The CPU part runs in this process (NITI(cpu_target="host")) or as a program under the
 Android CPU's emulator (cpu_target="aarch64-neon", render_cpu_driver), the DSP part always
@@ -150,14 +150,14 @@ class DspSplit:
 
 
 def split_step(out_dir: Path, model_name: str, train: Program, placement, plan,
-               statement: Callable, dsp_sources: list[str]) -> DspSplit:
+               library) -> DspSplit:
     """`train` cut at the runs the placement puts on the DSP: the DSP part's project
     (render_dsp), the CPU part's driver for an emulator (render_cpu_driver) and the CPU
     part, which submits each run as early and waits for it as late as the data allow."""
     segments = segments_of(train, placement)
     cpu = split_program(train, segments)
     overlaps = overlap.schedule(cpu, segments, plan)
-    render_dsp(out_dir, model_name, statement, dsp_sources, segments, plan)
+    render_dsp(out_dir, model_name, *dsp_part(train, placement, plan, library), segments, plan)
     render_cpu_driver(out_dir, model_name)
     return DspSplit(segments, overlaps, overlap.apply(cpu, segments, plan),
                     cpu_source(model_name, segments, plan, overlaps))

@@ -49,7 +49,7 @@ from ..memory.micro_batching import fit_micro_batched
 from ..niti.loss import MAX_CLASSES
 from ..niti.rescale import ADAPTIVE, EXACT_COUNTED
 from ..offload.placement import cycles, place
-from ..offload.split import dsp_part, split_step
+from ..offload.split import split_step
 from ..ops.table_activation import TABLE_CONVERTERS
 from ..project.manifest import write_manifest
 from ..training.batch_norm_folding import batch_norm_mode, fold_batch_norms, weight_exponents_mode
@@ -130,10 +130,8 @@ def dsp_placement(unit):
 def split_for_dsp(unit):
     r = unit.request
     if r.optimizer.dsp_offload:
-        statement, sources = dsp_part(unit.train, unit.placement, unit.plan,
-                                            unit.library)
         unit.split = split_step(r.out_dir, r.name, unit.train, unit.placement, unit.plan,
-                                statement, sources)
+                                unit.library)
 
 
 def project(unit):
