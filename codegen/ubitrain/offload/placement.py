@@ -7,17 +7,17 @@ input's quantization and the loss (they read the caller's input and labels) and 
 bookkeeping (copies, checks: builtins) stay on the CPU. The step's kernels are portable C,
 so one source builds for both sides.
 
-Cost model (cycles, estimates): CPU (AArch64 NEON, 16 int8 lanes) work / 8 + 2 per int8
-element touched; DSP (HVX, 128 int8 lanes) work / 64 + 0.25 per element, where work is the
-kernel's loop iterations (memory/cost_model.py: one multiply-add or elementwise operation
-each). Every tensor that crosses between the two costs TRANSFER_CYCLES_PER_BYTE (cache
-maintenance of shared buffers), and every switch between consecutive kernels on different
-sides one offload round trip (SWITCH_CYCLES). The placement is the MILP over binary x_k
-(1 = DSP) with crossing variables t_e >= |x_producer - x_consumer| per tensor and
-s_k >= |x_k - x_(k-1)| per switch, solved by scipy.optimize.milp (HiGHS). With
-`ub.NITI(dsp_offload=True)` the generated C follows the plan (split.py); otherwise the
-whole step runs on the target's own core and the placement is a report.
-"""
+Cost model (cycles, estimates for the kernels each side is meant to have, the `s8` micro-
+kernels; today's plain-C kernels are slower on both): CPU (AArch64 NEON, 16 int8 lanes) work
+/ 8 + 2 per int8 element touched; DSP (HVX, 128 int8 lanes) work / 64 + 0.25 per element,
+where work is the kernel's loop iterations (memory/cost_model.py: one multiply-add or
+elementwise operation each). Every tensor that crosses between the two costs
+TRANSFER_CYCLES_PER_BYTE (cache maintenance of shared buffers), and every switch between
+consecutive kernels on different sides one offload round trip (SWITCH_CYCLES). The placement
+is the MILP over binary x_k (1 = DSP) with crossing variables t_e >= |x_producer -
+x_consumer| per tensor and s_k >= |x_k - x_(k-1)| per switch, solved by scipy.optimize.milp
+(HiGHS). With `ub.NITI(dsp_offload=True)` the generated C follows the plan (split.py);
+otherwise the whole step runs on the target's own core and the placement is a report."""
 
 from __future__ import annotations
 
