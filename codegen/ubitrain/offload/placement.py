@@ -17,7 +17,8 @@ consecutive kernels on different sides one offload round trip (SWITCH_CYCLES). T
 is the MILP over binary x_k (1 = DSP) with crossing variables t_e >= |x_producer -
 x_consumer| per tensor and s_k >= |x_k - x_(k-1)| per switch, solved by scipy.optimize.milp
 (HiGHS). With `ub.NITI(dsp_offload=True)` the generated C follows the plan (split.py);
-otherwise the whole step runs on the target's own core and the placement is a report."""
+otherwise the whole step runs on the target's own core and the placement is a report.
+"""
 
 from __future__ import annotations
 
