@@ -1,6 +1,6 @@
-"""Elementwise math: exp, log, sqrt, rsqrt, reciprocal, abs, pow and clamp.
+"""Elementwise math: exp, log, sqrt, rsqrt, reciprocal, abs, pow, clamp, sin and cos.
 
-Their gradients are Relax's (exp, log, sqrt, power), compositions of ops that have one
+Their gradients are Relax's (exp, log, sqrt, power, sin, cos), compositions of ops that have one
 (rsqrt, reciprocal, clamp), or ubitrain's where PyTorch's rule differs at a point
 (abs: training/gradients.py).
 """
@@ -21,6 +21,16 @@ def exp(ctx, node, x):
 @converts(aten.log.default)
 def log(ctx, node, x):
     return ctx.emit(R.log(x))
+
+
+@converts(aten.sin.default)
+def sin(ctx, node, x):  # rotary position embeddings (Llama) take the sine of angles
+    return ctx.emit(R.sin(x))
+
+
+@converts(aten.cos.default)
+def cos(ctx, node, x):
+    return ctx.emit(R.cos(x))
 
 
 @converts(aten.sqrt.default)
