@@ -1,9 +1,10 @@
 """Hugging Face transformers as a new user tries them (tools/hf_models.py: tiny random
 configurations, no download) train through the generated C as in PyTorch: 3 steps of SGD
-with cross-entropy (GPT-2's over the next token at every position: the causal LM loss),
-each judged against PyTorch in float64 (ubitrain.fidelity.referee). Their masks and position
-ids are built from shapes and int64 buffers, computed at compile time
-(frontend/constants.py)."""
+with cross-entropy (GPT-2's and Llama's over the next token at every position: the causal
+LM loss), each judged against PyTorch in float64 (ubitrain.fidelity.referee). Their masks
+and position ids are built from shapes and int64 buffers, computed at compile time
+(frontend/constants.py); Llama's rotary sines and cosines, from the float buffer
+`inv_freq`, in the step."""
 
 import pytest
 import torch
@@ -14,7 +15,8 @@ import ubitrain as ub
 pytest.importorskip("transformers")
 from tools.hf_models import HF_MODELS, hf_batches  # noqa: E402
 
-CASES = [("bert", 1), ("bert", 4), ("vit", 1), ("vit", 4), ("gpt2", 1), ("gpt2", 4)]
+CASES = [("bert", 1), ("bert", 4), ("vit", 1), ("vit", 4), ("gpt2", 1), ("gpt2", 4),
+         ("llama", 1), ("llama", 4)]
 
 
 @pytest.mark.parametrize("name,batch", CASES, ids=[f"{n}-b{b}" for n, b in CASES])

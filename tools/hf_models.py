@@ -90,6 +90,16 @@ def _gpt2():
     return NextTokenLogits(tf.GPT2LMHeadModel(cfg))
 
 
+def _llama():
+    """A Llama-style decoder: RMSNorm, rotary position embeddings (their sines and cosines
+    computed in the step from the float buffer `inv_freq`), a SiLU-gated MLP, no biases."""
+    tf = transformers_module()
+    cfg = tf.LlamaConfig(vocab_size=VOCABULARY, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                         max_position_embeddings=32)
+    return NextTokenLogits(tf.LlamaForCausalLM(cfg))
+
+
 SEQUENCE = 8
 VOCABULARY = 100
 HF_MODELS = {
@@ -97,6 +107,8 @@ HF_MODELS = {
                     lambda b, g: torch.randint(0, VOCABULARY, (b, SEQUENCE), generator=g), 3),
     "vit": HFModel("vit", _vit, lambda b, g: torch.randn(b, 3, 16, 16, generator=g), 3),
     "gpt2": HFModel("gpt2", _gpt2, lambda b, g: torch.randint(
+        0, VOCABULARY, (b, SEQUENCE), generator=g), VOCABULARY, causal_lm=True),
+    "llama": HFModel("llama", _llama, lambda b, g: torch.randint(
         0, VOCABULARY, (b, SEQUENCE), generator=g), VOCABULARY, causal_lm=True),
 }
 
