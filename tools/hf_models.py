@@ -1,5 +1,5 @@
 """Hugging Face `transformers` models in tiny random configurations, as a new user would try
-them: for tests/test_hf_models.py (and, later, a benchmark).
+them: for tests/test_hf_models.py, tests/test_hf_lora.py and benchmarks/lora_memory.py.
 
 `transformers` imports torchvision when it is installed, whose C extension does not load
 beside the CPU torch (tools/real_models.py says why): `transformers_module()` imports it
@@ -8,7 +8,8 @@ with torchvision's op registrations stubbed out, as `torchvision_models()` does.
 Each model is wrapped so that it returns its logits tensor (a Hugging Face model returns an
 output object). Attention dropout inside scaled_dot_product_attention is switched off
 (`attention_probs_dropout_prob=0`): ubitrain refuses a dropout inside that op; the Dropout
-layers between the blocks keep PyTorch's default.
+layers between the blocks keep PyTorch's default. `with_lora` puts peft's LoRA adapters
+into one, as fine-tuning does today.
 """
 
 from __future__ import annotations
@@ -111,6 +112,23 @@ HF_MODELS = {
     "llama": HFModel("llama", _llama, lambda b, g: torch.randint(
         0, VOCABULARY, (b, SEQUENCE), generator=g), VOCABULARY, causal_lm=True),
 }
+
+
+# the modules LoRA adapts, per model: the attention's projections, as peft's own defaults
+LORA_TARGETS = {"gpt2": ["c_attn"], "llama": ["q_proj", "v_proj"]}
+
+
+def with_lora(wrapper: nn.Module, targets: list[str], rank: int = 4) -> nn.Module:
+    """`wrapper` (Logits or NextTokenLogits) with its model wrapped by
+    `peft.get_peft_model(model, LoraConfig(r=rank, target_modules=targets))`: the base
+    model frozen, adapters A [rank, in] (random) and B [out, rank] (zeros) trained beside
+    each target. peft imports transformers, hence after `transformers_module()`."""
+    transformers_module()
+    import peft
+
+    wrapper.model = peft.get_peft_model(wrapper.model,
+                                        peft.LoraConfig(r=rank, target_modules=targets))
+    return wrapper
 
 
 def hf_batches(model: HFModel, batch: int, steps: int = 3, seed: int = 0):
