@@ -15,8 +15,8 @@ import ubitrain as ub
 pytest.importorskip("transformers")
 from tools.hf_models import HF_MODELS, hf_batches  # noqa: E402
 
-CASES = [("bert", 1), ("bert", 4), ("vit", 1), ("vit", 4), ("gpt2", 1), ("gpt2", 4),
-         ("llama", 1), ("llama", 4)]
+CASES = [("bert", 1), ("bert", 4), ("distilbert", 1), ("distilbert", 4), ("vit", 1),
+         ("vit", 4), ("gpt2", 1), ("gpt2", 4), ("llama", 1), ("llama", 4)]
 
 
 @pytest.mark.parametrize("name,batch", CASES, ids=[f"{n}-b{b}" for n, b in CASES])

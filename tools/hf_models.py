@@ -7,9 +7,9 @@ with torchvision's op registrations stubbed out, as `torchvision_models()` does.
 
 Each model is wrapped so that it returns its logits tensor (a Hugging Face model returns an
 output object). Attention dropout inside scaled_dot_product_attention is switched off
-(`attention_probs_dropout_prob=0`): ubitrain refuses a dropout inside that op; the Dropout
-layers between the blocks keep PyTorch's default. `with_lora` puts peft's LoRA adapters
-into one, as fine-tuning does today.
+(`attention_probs_dropout_prob=0`, DistilBERT's `attention_dropout=0`): ubitrain refuses a
+dropout inside that op; the Dropout layers between the blocks keep PyTorch's default.
+`with_lora` puts peft's LoRA adapters into one, as fine-tuning does today.
 """
 
 from __future__ import annotations
@@ -76,6 +76,14 @@ def _bert():
     return Logits(tf.BertForSequenceClassification(cfg))
 
 
+def _distilbert():
+    tf = transformers_module()
+    cfg = tf.DistilBertConfig(vocab_size=VOCABULARY, dim=32, n_layers=2, n_heads=2,
+                              hidden_dim=64, max_position_embeddings=64, num_labels=3,
+                              attention_dropout=0.0)
+    return Logits(tf.DistilBertForSequenceClassification(cfg))
+
+
 def _vit():
     tf = transformers_module()
     cfg = tf.ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32,
@@ -106,6 +114,9 @@ VOCABULARY = 100
 HF_MODELS = {
     "bert": HFModel("bert", _bert,
                     lambda b, g: torch.randint(0, VOCABULARY, (b, SEQUENCE), generator=g), 3),
+    "distilbert": HFModel("distilbert", _distilbert,
+                          lambda b, g: torch.randint(0, VOCABULARY, (b, SEQUENCE), generator=g),
+                          3),
     "vit": HFModel("vit", _vit, lambda b, g: torch.randn(b, 3, 16, 16, generator=g), 3),
     "gpt2": HFModel("gpt2", _gpt2, lambda b, g: torch.randint(
         0, VOCABULARY, (b, SEQUENCE), generator=g), VOCABULARY, causal_lm=True),
