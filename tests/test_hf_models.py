@@ -4,7 +4,8 @@ with cross-entropy (GPT-2's and Llama's over the next token at every position: t
 LM loss), each judged against PyTorch in float64 (ubitrain.fidelity.referee). Their masks
 and position ids are built from shapes and int64 buffers, computed at compile time
 (frontend/constants.py); Llama's rotary sines and cosines, from the float buffer
-`inv_freq`, in the step."""
+`inv_freq`, in the step; `bert_padded`'s `attention_mask`, a model input that pads each
+sample to its own length and varies per batch, in the step too."""
 
 import pytest
 import torch
@@ -15,8 +16,8 @@ import ubitrain as ub
 pytest.importorskip("transformers")
 from tools.hf_models import HF_MODELS, hf_batches  # noqa: E402
 
-CASES = [("bert", 1), ("bert", 4), ("distilbert", 1), ("distilbert", 4), ("vit", 1),
-         ("vit", 4), ("gpt2", 1), ("gpt2", 4), ("llama", 1), ("llama", 4)]
+MODELS = ["bert", "bert_padded", "distilbert", "vit", "gpt2", "llama"]
+CASES = [(name, batch) for name in MODELS for batch in (1, 4)]
 
 
 @pytest.mark.parametrize("name,batch", CASES, ids=[f"{n}-b{b}" for n, b in CASES])

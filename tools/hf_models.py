@@ -43,6 +43,18 @@ class Logits(nn.Module):
         return self.model(x).logits
 
 
+class PaddedLogits(nn.Module):
+    """A Hugging Face model's `.logits` from token ids and their `attention_mask` (1: a
+    token, 0: padding), both model inputs: the mask varies per batch."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, attention_mask):
+        return self.model(input_ids=x, attention_mask=attention_mask).logits
+
+
 class NextTokenLogits(nn.Module):
     """A causal LM's logits for every position but the last, one row per token
     [batch * (length - 1), vocabulary]: cross-entropy against the next tokens (the labels
@@ -61,8 +73,8 @@ class NextTokenLogits(nn.Module):
 class HFModel:
     name: str
     make: Callable[[], nn.Module]
-    # one batch of inputs from (batch, generator)
-    example_input: Callable[[int, torch.Generator], torch.Tensor]
+    # one batch of inputs from (batch, generator): a tensor, or a tuple of the model's inputs
+    example_input: Callable[[int, torch.Generator], torch.Tensor | tuple]
     classes: int
     causal_lm: bool = False  # labels: the next token at each position
 
@@ -74,6 +86,15 @@ def _bert():
                         max_position_embeddings=64, num_labels=3,
                         attention_probs_dropout_prob=0.0)
     return Logits(tf.BertForSequenceClassification(cfg))
+
+
+def _padded_tokens(batch: int, gen: torch.Generator):
+    """(ids, attention_mask): each sample's tokens, then padding (id 0, mask 0) after a
+    random length in [1, SEQUENCE]."""
+    ids = torch.randint(1, VOCABULARY, (batch, SEQUENCE), generator=gen)
+    lengths = torch.randint(1, SEQUENCE + 1, (batch,), generator=gen)
+    mask = (torch.arange(SEQUENCE)[None, :] < lengths[:, None]).long()
+    return ids * mask, mask
 
 
 def _distilbert():
@@ -114,6 +135,8 @@ VOCABULARY = 100
 HF_MODELS = {
     "bert": HFModel("bert", _bert,
                     lambda b, g: torch.randint(0, VOCABULARY, (b, SEQUENCE), generator=g), 3),
+    "bert_padded": HFModel("bert_padded", lambda: PaddedLogits(_bert().model), _padded_tokens,
+                           3),
     "distilbert": HFModel("distilbert", _distilbert,
                           lambda b, g: torch.randint(0, VOCABULARY, (b, SEQUENCE), generator=g),
                           3),
@@ -149,5 +172,9 @@ def hf_batches(model: HFModel, batch: int, steps: int = 3, seed: int = 0):
     if model.causal_lm:
         inputs = [model.example_input(batch, gen) for _ in range(steps)]
         return [(x, x[:, 1:].reshape(-1)) for x in inputs]
-    return [(model.example_input(batch, gen),
-             torch.randint(0, model.classes, (batch,), generator=gen)) for _ in range(steps)]
+    out = []
+    for _ in range(steps):
+        x = model.example_input(batch, gen)
+        xs = x if isinstance(x, tuple) else (x,)
+        out.append((*xs, torch.randint(0, model.classes, (batch,), generator=gen)))
+    return out

@@ -23,7 +23,16 @@ from tvm.relax import op as R
 from tvm.relax.op.base import register_gradient
 from tvm.relax.op.grad import no_grad
 
-from . import adaptive_pool, batch_norm, elu, embedding, layer_norm, softmax_cross_entropy, take
+from . import (
+    adaptive_pool,
+    attention_mask,
+    batch_norm,
+    elu,
+    embedding,
+    layer_norm,
+    softmax_cross_entropy,
+    take,
+)
 from .fused_ops import fused_gradient
 from .pool_grad import avg_pool2d_backward, max_pool2d_backward
 from .tagging import tag
@@ -270,6 +279,7 @@ GRADIENT_RULES = {
         elu.FORWARD: elu.elu_grad,
         embedding.FORWARD: embedding.embedding_grad,
         take.FORWARD: take.take_grad,
+        attention_mask.FORWARD: attention_mask.attention_mask_grad,
     }),
 }
 
