@@ -55,6 +55,19 @@ class PaddedLogits(nn.Module):
         return self.model(input_ids=x, attention_mask=attention_mask).logits
 
 
+class PooledEncoder(nn.Module):
+    """An encoder's last hidden state, averaged over time, into a linear classifier: an
+    audio encoder fine-tuned to classify clips (keyword spotting)."""
+
+    def __init__(self, encoder: nn.Module, width: int, classes: int):
+        super().__init__()
+        self.encoder = encoder
+        self.classifier = nn.Linear(width, classes)
+
+    def forward(self, x):
+        return self.classifier(self.encoder(x).last_hidden_state.mean(1))
+
+
 class NextTokenLogits(nn.Module):
     """A causal LM's logits for every position but the last, one row per token
     [batch * (length - 1), vocabulary]: cross-entropy against the next tokens (the labels
@@ -130,8 +143,22 @@ def _llama():
     return NextTokenLogits(tf.LlamaForCausalLM(cfg))
 
 
+def _whisper_encoder():
+    """Whisper's encoder (two Conv1d with GELU, sinusoidal positions, pre-LayerNorm blocks)
+    on log-mel features [batch, MELS, 2 * 8 frames]; the decoder is not used."""
+    tf = transformers_module()
+    cfg = tf.WhisperConfig(vocab_size=VOCABULARY, num_mel_bins=MELS, d_model=32,
+                           encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=64,
+                           decoder_layers=1, decoder_attention_heads=2, decoder_ffn_dim=64,
+                           max_source_positions=8, max_target_positions=8,
+                           attention_dropout=0.0, pad_token_id=0, bos_token_id=1,
+                           eos_token_id=2, decoder_start_token_id=1)
+    return PooledEncoder(tf.WhisperModel(cfg).encoder, 32, 3)
+
+
 SEQUENCE = 8
 VOCABULARY = 100
+MELS = 8
 HF_MODELS = {
     "bert": HFModel("bert", _bert,
                     lambda b, g: torch.randint(0, VOCABULARY, (b, SEQUENCE), generator=g), 3),
@@ -141,6 +168,8 @@ HF_MODELS = {
                           lambda b, g: torch.randint(0, VOCABULARY, (b, SEQUENCE), generator=g),
                           3),
     "vit": HFModel("vit", _vit, lambda b, g: torch.randn(b, 3, 16, 16, generator=g), 3),
+    "whisper_encoder": HFModel("whisper_encoder", _whisper_encoder,
+                               lambda b, g: torch.randn(b, MELS, 16, generator=g), 3),
     "gpt2": HFModel("gpt2", _gpt2, lambda b, g: torch.randint(
         0, VOCABULARY, (b, SEQUENCE), generator=g), VOCABULARY, causal_lm=True),
     "llama": HFModel("llama", _llama, lambda b, g: torch.randint(
