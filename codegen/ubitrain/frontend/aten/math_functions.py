@@ -33,6 +33,16 @@ def cos(ctx, node, x):
     return ctx.emit(R.cos(x))
 
 
+@converts(aten._weight_norm.default)
+def _weight_norm(ctx, node, v, g, dim=0):
+    """`nn.utils.weight_norm` (a parametrization): w = v * (g / ||v||), the L2 norm over
+    every dimension but `dim` (over all of v for dim=-1), by ops with Relax gradients."""
+    rank = len(v.ty.shape)
+    over = list(range(rank)) if dim == -1 else [d for d in range(rank) if d != dim % rank]
+    norm = ctx.emit(R.sqrt(ctx.emit(R.sum(ctx.emit(R.multiply(v, v)), over, keepdims=True))))
+    return ctx.emit(R.multiply(v, ctx.emit(R.divide(g, norm))))
+
+
 @converts(aten.sqrt.default)
 def _sqrt(ctx, node, x):
     return ctx.emit(R.sqrt(x))
