@@ -16,7 +16,8 @@ import ubitrain as ub
 pytest.importorskip("transformers")
 from tools.hf_models import HF_MODELS, hf_batches  # noqa: E402
 
-MODELS = ["bert", "bert_padded", "distilbert", "vit", "whisper_encoder", "gpt2", "llama"]
+MODELS = ["bert", "bert_padded", "distilbert", "vit", "whisper_encoder", "wav2vec2", "gpt2",
+          "llama"]
 CASES = [(name, batch) for name in MODELS for batch in (1, 4)]
 
 

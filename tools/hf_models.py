@@ -156,6 +156,21 @@ def _whisper_encoder():
     return PooledEncoder(tf.WhisperModel(cfg).encoder, 32, 3)
 
 
+def _wav2vec2():
+    """wav2vec 2.0 on raw audio [batch, 200 samples]: a convolutional feature encoder (its
+    first layer GroupNorm, a group per channel), a weight-normed positional convolution,
+    post-LayerNorm blocks. Training-mode extras that draw data-dependent shapes are off:
+    SpecAugment's time masks (`apply_spec_augment`) and LayerDrop, whose random skip of a
+    whole layer is Python control flow that torch.export cannot trace."""
+    tf = transformers_module()
+    cfg = tf.Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=64, conv_dim=(8, 8), conv_stride=(4, 2),
+                            conv_kernel=(8, 4), num_conv_pos_embeddings=8,
+                            num_conv_pos_embedding_groups=4, attention_dropout=0.0,
+                            apply_spec_augment=False, layerdrop=0.0)
+    return PooledEncoder(tf.Wav2Vec2Model(cfg), 32, 3)
+
+
 SEQUENCE = 8
 VOCABULARY = 100
 MELS = 8
@@ -170,6 +185,8 @@ HF_MODELS = {
     "vit": HFModel("vit", _vit, lambda b, g: torch.randn(b, 3, 16, 16, generator=g), 3),
     "whisper_encoder": HFModel("whisper_encoder", _whisper_encoder,
                                lambda b, g: torch.randn(b, MELS, 16, generator=g), 3),
+    "wav2vec2": HFModel("wav2vec2", _wav2vec2,
+                        lambda b, g: torch.randn(b, 200, generator=g), 3),
     "gpt2": HFModel("gpt2", _gpt2, lambda b, g: torch.randint(
         0, VOCABULARY, (b, SEQUENCE), generator=g), VOCABULARY, causal_lm=True),
     "llama": HFModel("llama", _llama, lambda b, g: torch.randint(
