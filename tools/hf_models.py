@@ -198,16 +198,16 @@ HF_MODELS = {
 LORA_TARGETS = {"gpt2": ["c_attn"], "llama": ["q_proj", "v_proj"]}
 
 
-def with_lora(wrapper: nn.Module, targets: list[str], rank: int = 4) -> nn.Module:
+def with_lora(wrapper: nn.Module, targets: list[str], rank: int = 4, **config) -> nn.Module:
     """`wrapper` (Logits or NextTokenLogits) with its model wrapped by
-    `peft.get_peft_model(model, LoraConfig(r=rank, target_modules=targets))`: the base
-    model frozen, adapters A [rank, in] (random) and B [out, rank] (zeros) trained beside
-    each target. peft imports transformers, hence after `transformers_module()`."""
+    `peft.get_peft_model(model, LoraConfig(r=rank, target_modules=targets, **config))`: the
+    base model frozen, adapters A [rank, in] (random) and B [out, rank] (zeros) trained
+    beside each target. peft imports transformers, hence after `transformers_module()`."""
     transformers_module()
     import peft
 
-    wrapper.model = peft.get_peft_model(wrapper.model,
-                                        peft.LoraConfig(r=rank, target_modules=targets))
+    wrapper.model = peft.get_peft_model(
+        wrapper.model, peft.LoraConfig(r=rank, target_modules=targets, **config))
     return wrapper
 
 
