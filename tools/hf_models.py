@@ -195,7 +195,7 @@ HF_MODELS = {
 
 
 # the modules LoRA adapts, per model: the attention's projections, as peft's own defaults
-LORA_TARGETS = {"gpt2": ["c_attn"], "llama": ["q_proj", "v_proj"]}
+LORA_TARGETS = {"gpt2": ["c_attn"], "llama": ["q_proj", "v_proj"], "bert": ["query", "value"]}
 
 
 def with_lora(wrapper: nn.Module, targets: list[str], rank: int = 4, **config) -> nn.Module:
