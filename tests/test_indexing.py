@@ -1,4 +1,5 @@
-"""Indexing by a constant tensor (`x[:, idx]`, `x[..., idx]`, `torch.index_select`) trains
+"""Indexing by a constant tensor (`x[:, idx]`, `x[..., idx]`, `torch.index_select`, `x[:, i, j]`
+on adjacent dimensions) trains
 as PyTorch's autograd does: judged step by step against PyTorch in float64
 (harness.assert_trains_like_torch). The gradient is a scatter-add, so repeated indices sum."""
 
@@ -55,6 +56,27 @@ def test_constant_index_on_feature_maps_trains_like_pytorch(tmp_path):
                              ub.SGD(lr=0.1, momentum=0.9), tmp_path)
 
 
+class PairGathers(nn.Module):
+    """`h[:, i, j]`: two index tensors broadcast together ([3, 1] and [1, 3]), repeated and
+    negative indices, the result in place of the two dimensions."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 12)
+        self.out = nn.Linear(9, 5)
+
+    def forward(self, x):
+        h = torch.tanh(self.fc(x)).reshape(-1, 3, 4)
+        g = h[:, torch.tensor([[0], [2], [2]]), torch.tensor([[1, -1, 1]])]  # [N, 3, 3]
+        return self.out(g.flatten(1))
+
+
+def test_two_adjacent_index_tensors_train_like_pytorch(tmp_path):
+    torch.manual_seed(0)
+    assert_trains_like_torch(PairGathers(), batches((4, 6), 5, seed=5),
+                             ub.SGD(lr=0.1, momentum=0.9), tmp_path)
+
+
 class IndexedBy(nn.Module):
     def __init__(self, kind):
         super().__init__()
@@ -68,14 +90,14 @@ class IndexedBy(nn.Module):
         if self.kind == "buffer":
             return torch.index_select(h, 1, self.idx)
         if self.kind == "two":
-            return h.reshape(-1, 2, 4)[:, torch.tensor([0, 1]), torch.tensor([1, 2])]
+            return h.reshape(-1, 2, 2, 2)[:, torch.tensor([0, 1]), :, torch.tensor([1, 0])]
         return torch.index_select(h, 1, torch.tensor([3, 8]))  # "range"
 
 
 @pytest.mark.parametrize("kind,message", [
     ("input", "index computed inside the model or taken from its inputs"),
     ("buffer", "not a registered buffer"),
-    ("two", "2 index tensors"),
+    ("two", "index tensors on dimensions that are not adjacent"),
     ("range", r"indices from 3 to 8 on a dimension of size 8 .*use indices in \[0, 8\)"),
 ])
 def test_unsupported_indices_are_named(kind, message, tmp_path):

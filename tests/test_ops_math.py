@@ -1,6 +1,6 @@
-"""Elementwise math (exp, log, sqrt, rsqrt, reciprocal, abs, pow, clamp): the generated C
-against PyTorch, at their kinks too (abs at 0, clamp at its bounds, whose gradient PyTorch
-passes there, unlike Hardtanh's).
+"""Elementwise math (exp, log, sqrt, rsqrt, reciprocal, abs, pow, clamp, sin, cos): the
+generated C against PyTorch, at their kinks too (abs at 0, clamp at its bounds, whose
+gradient PyTorch passes there, unlike Hardtanh's).
 
 Each case is judged by `op_harness.check` (op_harness.py says how).
 """
@@ -25,6 +25,10 @@ SMOOTH = {
     "pow_-0.5": (lambda x: torch.pow(x, -0.5), True),
     "scalar_base": (lambda x: 2.0 ** x, False),
     "exp_of_log": (lambda x: torch.exp(torch.log(x) * 0.5) + torch.sqrt(x), True),
+    "sin": (torch.sin, False),
+    "cos": (torch.cos, False),
+    # as rotary position embeddings use them: angles scaled, both feeding one product
+    "sin_cos": (lambda x: torch.sin(3.0 * x) * torch.cos(x) + torch.cos(x * x), False),
 }
 
 

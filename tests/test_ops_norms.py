@@ -1,4 +1,5 @@
-"""BatchNorm and LayerNorm in training mode: the generated C against PyTorch.
+"""BatchNorm, LayerNorm and GroupNorm in training mode, and weight normalization: the
+generated C against PyTorch.
 
 Each case is judged by `op_harness.check` (op_harness.py says how).
 """
@@ -52,3 +53,22 @@ def test_layer_norm(shape, normalized, affine, tmp_path):
 
 def test_layer_norm_large_mean(tmp_path):
     check(seeded(nn.LayerNorm(8)), (randn(3, 8, scale=0.05) + 50.0,), tmp_path)
+
+
+@pytest.mark.parametrize("shape,groups,affine", [
+    ((2, 6, 5), 3, True),
+    ((2, 4, 3, 3), 4, True),  # a group per channel (wav2vec2's first convolution)
+    ((3, 6, 4), 2, False),
+], ids=["conv1d", "per_channel_2d", "no_affine"])
+def test_group_norm(shape, groups, affine, tmp_path):
+    check(seeded(nn.GroupNorm(groups, shape[1], affine=affine)),
+          (randn(*shape, scale=2.0) + 0.5,), tmp_path)
+
+
+@pytest.mark.parametrize("dim", [0, 2])
+def test_weight_norm(dim, tmp_path):
+    """nn.utils.parametrizations.weight_norm (wav2vec2's positional convolution: dim=2):
+    the gradients of g and v."""
+    conv = nn.utils.parametrizations.weight_norm(seeded(nn.Conv1d(4, 6, 3, padding=1)),
+                                                 dim=dim)
+    check(conv, (randn(2, 4, 7),), tmp_path)

@@ -1,6 +1,6 @@
 """The extras stay optional: `import ubitrain` and compiling a PyTorch model (with `ub.compile`
 and with `ubitrain compile`) import none of onnx, onnxscript, matplotlib, torchvision,
-transformers or flwr, nor the repository's development tools (tools/); without onnx, an
+transformers, peft or flwr, nor the repository's development tools (tools/); without onnx, an
 ONNX model fails with the extra to install, and without matplotlib `ubitrain report` says
 the same before compiling.
 Each test runs in a fresh interpreter, where nothing else has imported those modules."""
@@ -12,7 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FACTORY = f"{ROOT / 'examples' / 'digits_factory.py'}:factory"
-OPTIONAL = ("onnx", "onnxscript", "matplotlib", "torchvision", "transformers", "flwr", "tools")
+OPTIONAL = ("onnx", "onnxscript", "matplotlib", "torchvision", "transformers", "peft", "flwr",
+            "tools")
 
 # tools/ importable, as from a checkout, so that an import of it would succeed and show
 PRELUDE = f"""\

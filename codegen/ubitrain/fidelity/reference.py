@@ -134,13 +134,16 @@ def _nudged(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     stay zero, as under any rounding of an exact zero. (Nudged, Adam's second moment of a
     gradient that is exactly 0 fell below zero and its square root was NaN: such a run said
     nothing about any element, and the spread came from the other runs alone; fuzz seed
-    73559.)"""
+    73559.) Infinities stay infinite too: an attention mask's -inf is exact, and nudged to
+    -3.4e38 a row that attends to nothing was no longer all -inf, so PyTorch's safe softmax
+    gave it uniform weights instead of zeros, and that run's spread let a C that did the
+    same pass (tests/test_attention_mask_input.py)."""
     if not t.dtype.is_floating_point or t.numel() == 0:
         return t
     way = torch.randint(0, 3, t.shape, generator=gen)
     up, down = torch.nextafter(t, torch.full_like(t, float("inf"))), \
         torch.nextafter(t, torch.full_like(t, float("-inf")))
-    way = torch.where(t == 0, 0, way)
+    way = torch.where((t == 0) | t.isinf(), 0, way)
     return torch.where(way == 1, up, torch.where(way == 2, down, t))
 
 

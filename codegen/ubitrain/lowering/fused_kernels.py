@@ -17,10 +17,11 @@ from ..ops.fused_ops import fused_op_of
 from ..ops.tagging import tag
 from . import adaptive_pool_kernels as adaptive
 from .activation_kernels import elu, elu_backward
+from .attention_mask_kernels import attention_mask
 from .batch_norm_kernels import batch_norm_apply, batch_norm_stats, batch_norm_train_backward
 from .cross_entropy_kernels import softmax_cross_entropy, softmax_cross_entropy_backward
 from .embedding_kernels import embedding, legalize_embedding_backward
-from .layer_norm_kernels import layer_norm, layer_norm_backward
+from .layer_norm_kernels import layer_norm, layer_norm_backward, layer_norm_input_backward
 from .niti_batch_norm_kernels import BATCH_NORM_KERNELS
 from .niti_kernels import NITI_KERNELS
 from .take_kernels import take, take_backward
@@ -55,8 +56,10 @@ FUSED_KERNELS = {
     "batch_norm_train": _batch_norm_train,
     "batch_norm_train_backward": _one_kernel(batch_norm_train_backward, tagged=True),
     "embedding_backward": legalize_embedding_backward,
+    "attention_mask": _one_kernel(attention_mask),
     **{f.__name__: _one_kernel(f) for f in (
-        layer_norm, layer_norm_backward, softmax_cross_entropy, softmax_cross_entropy_backward,
+        layer_norm, layer_norm_backward, layer_norm_input_backward, softmax_cross_entropy,
+        softmax_cross_entropy_backward,
         adaptive.adaptive_avg_pool2d, adaptive.adaptive_avg_pool2d_backward,
         adaptive.adaptive_max_pool2d, adaptive.adaptive_max_pool2d_backward, elu, elu_backward,
         embedding, take, take_backward)},

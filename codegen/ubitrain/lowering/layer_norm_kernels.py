@@ -58,8 +58,8 @@ def layer_norm(x, w, b, axes: int, eps: float, acc: str):
     return te.compute(shape, normalize, name="ln_y"), save_mean, save_rstd
 
 
-def layer_norm_backward(x, w, save_mean, save_rstd, dy, axes: int, acc: str):
-    """(dx, dgamma, dbeta) from the input, gamma, the saved row statistics and dy."""
+def _input_gradient(x, w, save_mean, save_rstd, dy, axes: int, acc: str):
+    """(dx, x_hat) of the backward: x_hat(index) for the weight gradients."""
     shape = [int(d) for d in x.shape]
     lead = len(shape) - axes
     dtype = x.dtype
@@ -83,10 +83,23 @@ def layer_norm_backward(x, w, save_mean, save_rstd, dy, axes: int, acc: str):
         r = i[:lead]
         return save_rstd(*r) * (g(i) - mean_g(*r) - x_hat(i) * mean_g_xhat(*r))
 
-    dx = te.compute(shape, grad_input, name="ln_dx")
+    return te.compute(shape, grad_input, name="ln_dx"), x_hat
+
+
+def layer_norm_backward(x, w, save_mean, save_rstd, dy, axes: int, acc: str):
+    """(dx, dgamma, dbeta) from the input, gamma, the saved row statistics and dy."""
+    shape = [int(d) for d in x.shape]
+    dtype = x.dtype
+    dx, x_hat = _input_gradient(x, w, save_mean, save_rstd, dy, axes, acc)
     sum_dy_xhat = _column_sum(shape, axes, lambda i: dy(*i).astype(acc) * x_hat(i).astype(acc),
                               acc, "ln_sum_dy_xhat")
     sum_dy = _column_sum(shape, axes, lambda i: dy(*i).astype(acc), acc, "ln_sum_dy")
     dgamma = te.compute(w.shape, lambda *c: sum_dy_xhat(*c).astype(dtype), name="ln_dgamma")
     dbeta = te.compute(w.shape, lambda *c: sum_dy(*c).astype(dtype), name="ln_dbeta")
     return dx, dgamma, dbeta
+
+
+def layer_norm_input_backward(x, w, save_mean, save_rstd, dy, axes: int, acc: str):
+    """dx alone, for a LayerNorm whose gamma and beta are frozen (fine-tuning with LoRA):
+    the two column sums over every row, and their buffers, are not computed."""
+    return _input_gradient(x, w, save_mean, save_rstd, dy, axes, acc)[0]

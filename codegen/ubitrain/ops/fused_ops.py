@@ -44,7 +44,7 @@ def fused_gradient(rules: dict):
     """The FPrimalGradient of `relax.call_dps_packed`, dispatching to `rules[op]`.
 
     A rule gets `(orig_var, tensors, output_grad, attrs)` and returns one adjoint (or
-    `None`: no gradient) per tensor argument."""
+    `None`: no gradient) per tensor argument; all None: the op stops the gradient."""
 
     def gradient(orig_var, orig_call, output_grad, ctx):
         found = fused_op_of(orig_call)
@@ -54,6 +54,11 @@ def fused_gradient(rules: dict):
         op, attrs = found
         tensors = list(orig_call.args[1].fields)
         partials = rules[op](orig_var, tensors, output_grad, attrs)
+        if all(p is None for p in partials):
+            # no_grad of the whole argument tuple, which the pass skips; a tuple of no_grads
+            # would become its tensors' adjoints, and the pass would go on into the ops
+            # that computed them (an attention mask's comparisons), which have no rule
+            return [no_grad(orig_call.args[0]), no_grad(orig_call.args[1])]
         partials = [no_grad(t) if p is None else p for t, p in zip(tensors, partials)]
         return [no_grad(orig_call.args[0]), relax.Tuple(partials)]
 

@@ -25,6 +25,7 @@ from tvm.relax.op.grad import no_grad
 
 from . import (
     adaptive_pool,
+    attention_mask,
     batch_norm,
     elu,
     embedding,
@@ -280,6 +281,7 @@ GRADIENT_RULES = {
         embedding.FORWARD: embedding.embedding_grad,
         take.FORWARD: take.take_grad,
         table_activation.FORWARD: table_activation.table_activation_grad,
+        attention_mask.FORWARD: attention_mask.attention_mask_grad,
     }),
 }
 

@@ -18,6 +18,7 @@ from .fused_ops import fused_call
 
 FORWARD = "layer_norm"
 BACKWARD = "layer_norm_backward"
+INPUT_BACKWARD = "layer_norm_input_backward"  # dx alone: gamma and beta frozen
 
 
 def layer_norm(bb, x, w, b, axes: int, eps: float):
@@ -43,3 +44,9 @@ def layer_norm_grad(orig_var, tensors, output_grad, attrs):
     grads = fused_call(BACKWARD, [x, w, mean, rstd, dy], [x.ty, w.ty, w.ty],
                        axes=attrs["axes"])
     return [relax.TupleGetItem(grads, i) for i in range(3)]
+
+
+def input_backward(tensors, attrs) -> relax.Call:
+    """The backward call with dx alone (a tensor), for the same tensors and attributes as a
+    BACKWARD call whose dgamma and dbeta nothing reads."""
+    return fused_call(INPUT_BACKWARD, tensors, tensors[0].ty, **attrs)

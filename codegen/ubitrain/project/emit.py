@@ -309,6 +309,10 @@ def _tensor_row(name, slot, plan, kind, trainable, flash=None):
     shape = list(slot.shape)
     if len(shape) > 4:
         raise CompileError(f"tensor {name} has {len(shape)} dimensions; at most 4 are supported")
+    if slot.dtype not in DTYPE_CODES:  # (a bool buffer the step reads: a mask kept as state)
+        raise CompileError(f"tensor {name} is {slot.dtype}, which the C tensor table has no "
+                           f"code for ({', '.join(DTYPE_CODES)}); make a {slot.dtype} buffer "
+                           "a plain tensor attribute (a constant) or an int64 buffer")
     return dict(name=name, kind=KIND_CODES[kind], dtype=DTYPE_CODES[slot.dtype], ndim=len(shape),
                 shape4=", ".join(str(d) for d in shape + [0] * (4 - len(shape))),
                 offset=0 if flash else plan.offsets[slot], bytes=slot.nbytes,

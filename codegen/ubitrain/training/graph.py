@@ -3,7 +3,7 @@
 The training function returns `((loss, new buffer values...), (gradients...))`; the
 optimizer update is added later, in the step program, as in-place kernels. Parameters that
 do not train get no gradient, and Relax's Gradient pass then drops every backward op that
-only fed them.
+only fed them (a fused op's backward too: training/unread_gradients.py).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .batch_coupling import frequency_scaled_embeddings
 from .channel_split import ChannelSplit, plan_splits, split_channels
 from .losses import append_loss, label_spec, labels_var
 from .sparse_update import SparseUpdate
+from .unread_gradients import drop_unread_weight_gradients
 
 
 @dataclass
@@ -152,7 +153,7 @@ def build_training_module(model, example_inputs: tuple, labels, loss: str,
             mod = relax.transform.Gradient("main", require_grads=require, target_index=0)(mod)
         except Exception as err:  # a Relax op with no gradient rule
             raise CompileError(f"taking the gradient failed: {str(err).splitlines()[-1]}") from None
-        mod = _adjoint_as_main(mod)
+        mod = drop_unread_weight_gradients(_adjoint_as_main(mod))
     return TrainingModule(mod=mod, graph=graph, predict_graph=predict_graph,
                           labels_shape=labels_shape, labels_dtype=holder["labels_dtype"],
                           trainable=names, buffer_updates=holder["updates"],

@@ -23,6 +23,7 @@ from . import (  # noqa: F401
     indexing,
     layout,
     linalg,
+    masks,
     math_functions,
     normalization,
     padding,

@@ -7,11 +7,12 @@ subtracts each row's maximum before exp), and the gradients are those of matmul,
 and softmax, so no kernel of its own is needed.
 `nn.MultiheadAttention(need_weights=False)` reaches this op too.
 
-A mask must be a constant (frontend/constants.py folds what is computed from constants,
-shapes and the integer buffers the step never writes), so that it is known here: a boolean one
-(True: attend) becomes an additive 0 / -inf constant, as PyTorch converts it, and a row that
-attends to nothing gives zeros, as PyTorch's `_safe_softmax` does, where a plain softmax
-would give NaN.
+A mask known here, a constant (frontend/constants.py folds what is computed from constants,
+shapes and the integer buffers the step never writes), is converted now: a boolean one (True:
+attend) becomes an additive 0 / -inf constant, as PyTorch converts it, and a row that attends
+to nothing gives zeros, as PyTorch's `_safe_softmax` does, where a plain softmax would give
+NaN. A mask the step computes (a padding mask from a model input: `attention_mask`) is
+converted by kernels in the step, the same way: its dead rows are found per step.
 """
 
 from __future__ import annotations
@@ -23,16 +24,17 @@ import tvm
 from tvm import relax
 from tvm.relax import op as R
 
+from ...ops.attention_mask import attention_mask
 from .registry import aten, converts, dtype_of, shape_of, unsupported
 
 _WORKS = ("attn_mask=None, a constant mask (a plain tensor attribute, or one computed from "
-          "constants, shapes and integer buffers the step never writes; not from an input, "
-          "parameter or other buffer) or is_causal=True, "
-          "dropout_p=0, enable_gqa=False")
+          "constants, shapes and integer buffers the step never writes), a boolean mask "
+          "from a model input, or is_causal=True, dropout_p=0, enable_gqa=False")
 
 
 def _additive_mask(ctx, mask, is_causal, rows, cols, dtype):
-    """(additive mask or None, keep-row factor or None) as numpy constants."""
+    """(additive mask or None, keep-row factor or None): numpy constants, or Relax
+    expressions for a mask computed in the step."""
     if is_causal:  # PyTorch refuses an attn_mask with it while tracing
         mask = np.tril(np.ones((rows, cols), dtype=bool))
     elif mask is None:
@@ -40,8 +42,7 @@ def _additive_mask(ctx, mask, is_causal, rows, cols, dtype):
     elif isinstance(mask, tvm.ir.Constant):
         mask = mask.value.numpy()
     else:
-        unsupported(ctx, "scaled_dot_product_attention with an attn_mask computed at run "
-                    "time (from a model input, parameter or buffer)", f"use {_WORKS}")
+        return _run_time_mask(ctx, mask, dtype)
     if mask.dtype == bool:
         additive = np.where(mask, 0.0, -np.inf).astype(dtype)
     else:
@@ -53,6 +54,20 @@ def _additive_mask(ctx, mask, is_causal, rows, cols, dtype):
         return additive, None
     additive = np.where(dead, 0.0, additive).astype(dtype)
     return additive, np.where(dead, 0.0, 1.0).astype(dtype)
+
+
+def _expr(value, dtype):
+    return value if isinstance(value, relax.Expr) else relax.const(value, dtype)
+
+
+def _run_time_mask(ctx, mask, dtype):
+    """(additive mask, keep-row factor) computed in the step from a boolean mask that a model
+    input gives (True: attend). A float mask computed in the step could be a parameter's,
+    whose gradient this does not give: refused."""
+    if dtype_of(mask) != "bool":
+        unsupported(ctx, f"scaled_dot_product_attention with a {dtype_of(mask)} attn_mask "
+                    "computed at run time", f"use {_WORKS}")
+    return attention_mask(ctx.bb, mask, dtype)
 
 
 @converts(aten.scaled_dot_product_attention.default)
@@ -77,8 +92,8 @@ def scaled_dot_product_attention(ctx, node, q, k, v, attn_mask=None, dropout_p=0
     scores = ctx.emit(R.matmul(q, k_t))
     additive, keep = _additive_mask(ctx, attn_mask, is_causal, rows, cols, dtype)
     if additive is not None:
-        scores = ctx.emit(R.add(scores, relax.const(additive, dtype)))
+        scores = ctx.emit(R.add(scores, _expr(additive, dtype)))
     weights = ctx.emit(R.nn.softmax(scores, axis=-1))
     if keep is not None:
-        weights = ctx.emit(R.multiply(weights, relax.const(keep, dtype)))
+        weights = ctx.emit(R.multiply(weights, _expr(keep, dtype)))
     return ctx.emit(R.matmul(weights, v))

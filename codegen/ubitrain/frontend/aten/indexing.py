@@ -1,5 +1,6 @@
-"""Indexing by a constant tensor: `x[:, idx]`, `x[..., idx]`, `torch.index_select(x, d, idx)`
-with `idx` a constant (a plain tensor attribute, or a `torch.tensor` made in `forward`).
+"""Indexing by a constant tensor: `x[:, idx]`, `x[..., idx]`, `torch.index_select(x, d, idx)`,
+`x[i, j]` on adjacent dimensions, with the indices constants (a plain tensor attribute, a
+`torch.tensor` made in `forward`, or computed from `arange`).
 
 The indices are known now, so they are checked now (PyTorch's IndexError would come at run
 time), and negative ones count from the end as in PyTorch's `x[:, idx]`. An index that is
@@ -61,11 +62,34 @@ def _index_select(ctx, node, x, dim, index):
 
 @converts(aten.index.Tensor)
 def _index(ctx, node, x, indices):
-    """`x[idx]`, `x[:, idx]`, `x[..., idx]`: one index tensor after leading full slices."""
+    """`x[idx]`, `x[:, idx]`, `x[..., idx]`, and index tensors on adjacent dimensions,
+    broadcast together (`x[i, j]`: what BERT's padding mask is indexed with,
+    `mask[arange(b)[:, None, None, None], arange(n)[None, None, None, :]]`), whose result
+    replaces those dimensions, as in PyTorch."""
     used = [i for i, t in enumerate(indices) if t is not None]
-    if len(used) != 1:
-        unsupported(ctx, f"indexing with {len(used)} index tensors (x[i, j])",
-                    "index one dimension with one tensor; index_select twice for two")
+    if not used or used != list(range(used[0], used[0] + len(used))):
+        unsupported(ctx, "index tensors on dimensions that are not adjacent (x[i, :, j])",
+                    "index adjacent dimensions, or one with index_select at a time")
     dim = used[0]
-    values = _constant_indices(ctx, indices[dim], "x[..., idx]")
-    return gather(ctx, x, dim, values, "x[..., idx]", negative_ok=True)
+    if len(used) == 1:
+        values = _constant_indices(ctx, indices[dim], "x[..., idx]")
+        return gather(ctx, x, dim, values, "x[..., idx]", negative_ok=True)
+    shape = shape_of(x)
+    sizes = [shape[d] for d in used]
+    arrays = []
+    for d, n in zip(used, sizes):
+        values = _constant_indices(ctx, indices[d], "x[i, j]")
+        if values.size and (values.min() < -n or values.max() >= n):
+            unsupported(ctx, f"x[i, j] with indices from {values.min()} to {values.max()} on "
+                        f"a dimension of size {n}", f"use indices in [{-n}, {n})")
+        arrays.append(np.mod(values, n))
+    try:
+        arrays = np.broadcast_arrays(*arrays)
+    except ValueError:
+        unsupported(ctx, "x[i, j] with index shapes that do not broadcast",
+                    "use index tensors that broadcast together")
+    flat = np.zeros(arrays[0].shape, np.int64)
+    for values, n in zip(arrays, sizes):  # row-major over the indexed dimensions
+        flat = flat * n + values
+    merged = reshape_to(ctx, x, [*shape[:dim], math.prod(sizes), *shape[dim + len(used):]])
+    return gather(ctx, merged, dim, flat, "x[i, j]", negative_ok=False)

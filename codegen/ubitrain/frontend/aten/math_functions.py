@@ -1,6 +1,6 @@
-"""Elementwise math: exp, log, sqrt, rsqrt, reciprocal, abs, pow and clamp.
+"""Elementwise math: exp, log, sqrt, rsqrt, reciprocal, abs, pow, clamp, sin and cos.
 
-Their gradients are Relax's (exp, log, sqrt, power), compositions of ops that have one
+Their gradients are Relax's (exp, log, sqrt, power, sin, cos), compositions of ops that have one
 (rsqrt, reciprocal, clamp), or ubitrain's where PyTorch's rule differs at a point
 (abs: training/gradients.py).
 """
@@ -21,6 +21,26 @@ def exp(ctx, node, x):
 @converts(aten.log.default)
 def log(ctx, node, x):
     return ctx.emit(R.log(x))
+
+
+@converts(aten.sin.default)
+def sin(ctx, node, x):  # rotary position embeddings (Llama) take the sine of angles
+    return ctx.emit(R.sin(x))
+
+
+@converts(aten.cos.default)
+def cos(ctx, node, x):
+    return ctx.emit(R.cos(x))
+
+
+@converts(aten._weight_norm.default)
+def _weight_norm(ctx, node, v, g, dim=0):
+    """`nn.utils.weight_norm` (a parametrization): w = v * (g / ||v||), the L2 norm over
+    every dimension but `dim` (over all of v for dim=-1), by ops with Relax gradients."""
+    rank = len(v.ty.shape)
+    over = list(range(rank)) if dim == -1 else [d for d in range(rank) if d != dim % rank]
+    norm = ctx.emit(R.sqrt(ctx.emit(R.sum(ctx.emit(R.multiply(v, v)), over, keepdims=True))))
+    return ctx.emit(R.multiply(v, ctx.emit(R.divide(g, norm))))
 
 
 @converts(aten.sqrt.default)

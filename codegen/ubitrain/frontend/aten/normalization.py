@@ -1,4 +1,5 @@
-"""BatchNorm (training: batch statistics and new running statistics; eval) and LayerNorm."""
+"""BatchNorm (training: batch statistics and new running statistics; eval), LayerNorm and
+GroupNorm (a LayerNorm over each group's elements, then the per-channel affine)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,18 @@ def layer_norm_op(ctx, node, x, normalized_shape, w=None, b=None, eps=1e-5, cudn
         unsupported(ctx, f"LayerNorm over every dimension of a {len(shape_of(x))}-d input",
                     "normalize the trailing dimensions of an input with a batch dimension")
     return layer_norm(ctx.bb, x, w, b, len(normalized_shape), eps)
+
+
+@converts(aten.group_norm.default)
+def group_norm_op(ctx, node, x, num_groups, w=None, b=None, eps=1e-5, cudnn_enabled=False):
+    """PyTorch's GroupNorm: each sample's channels in `num_groups` groups, each group
+    normalized over its channels and positions (biased variance), then gamma and beta per
+    channel. The normalization is the fused LayerNorm (its kernels, its backward keeping x
+    and the per-row statistics) over x viewed as [N, groups, C / groups * positions]."""
+    shape = shape_of(x)
+    if len(shape) < 2 or shape[1] % num_groups:
+        unsupported(ctx, f"GroupNorm of {num_groups} groups on an input of shape {shape}",
+                    "an input [N, C, ...] with C divisible by num_groups")
+    rows = ctx.emit(R.reshape(x, (shape[0], num_groups, math.prod(shape[1:]) // num_groups)))
+    y = ctx.emit(R.reshape(layer_norm(ctx.bb, rows, None, None, 1, eps), shape))
+    return _affine(ctx, y, w, b, lambda v: _channel(ctx, v, len(shape)))
