@@ -195,8 +195,8 @@ def cmsis_sources(path: Path) -> list[Path]:
 
 
 def cmsis_counts(layers: list[Layer], path: Path, target, work: Path) -> list[dict]:
-    rng = np.random.default_rng(0)
-    cases, expected = zip(*(cmsis_case(n, layer, rng) for n, layer in enumerate(layers)))
+    cases, expected = zip(*(cmsis_case(n, layer, np.random.default_rng(LAYERS.index(layer)))
+                            for n, layer in enumerate(layers)))  # each layer's data its own
     binary = harness.build(list(cases), {"cmsis": '#include "arm_nnfunctions.h"'}, target,
                            work, sources=tuple(cmsis_sources(path)),
                            includes=(path / "Include",))
