@@ -107,6 +107,14 @@ def run_traced(target, binary: str, counter: list[str], stdin: bytes = b"") -> s
     return out
 
 
+def marked_spans(target, binary: str, stdin: bytes = b"") -> list[int]:
+    """Instructions between each pair of `ub_mark` calls, in the order the program runs
+    them (each pair brackets one call: its count includes the call's own instructions)."""
+    marks = run_traced(target, binary, ["grep", "-n", "-E", " ub_mark$"], stdin)
+    lines = [int(line.split(":")[0]) for line in marks.splitlines()]
+    return [b - a - 1 for a, b in zip(lines[0::2], lines[1::2])]
+
+
 MPS2_NS_PER_TICK = 1e9 / 25e6  # SysTick on the processor clock of mps2-an386/an500
 
 
@@ -130,9 +138,7 @@ def kernel_counts(target, batch: int, work: Path) -> list[dict]:
             labels.append((layer, micro.name.split("_ukernel_")[0].removeprefix("ub_f32_"),
                            op_info(func)["shapes"]))
     binary = harness.build(cases, support, target, work)
-    marks = run_traced(target, str(binary), ["grep", "-n", "-E", " ub_mark$"])
-    lines = [int(line.split(":")[0]) for line in marks.splitlines()]
-    spans = [b - a - 1 for a, b in zip(lines[0::2], lines[1::2])]
+    spans = marked_spans(target, str(binary))
     ticks = None
     if target.board is not None:  # Cortex-M: SysTick under -icount shift=0, the cross-check
         timed = harness.run(binary, target, cases, emulator_options=("-icount", "shift=0"))

@@ -27,9 +27,9 @@ set(CMAKE_C_STANDARD 99)
 if(NOT CMAKE_BUILD_TYPE)
   set(CMAKE_BUILD_TYPE Release)
 endif()
-add_executable(ub_harness harness.c ${UB_TARGET_SOURCES})
+add_executable(ub_harness harness.c ${UB_TARGET_SOURCES} ${UB_HARNESS_SOURCES})
 target_include_directories(ub_harness PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/runtime_c
-                           ${UB_TARGET_INCLUDES})
+                           ${UB_TARGET_INCLUDES} ${UB_HARNESS_INCLUDES})
 if(NOT UB_DRIVER_IO)
   set(UB_DRIVER_IO stdio)
 endif()
@@ -125,9 +125,12 @@ def program_source(cases: list[Case], support: dict[str, str]) -> str:
 
 
 def build(cases: list[Case], support: dict[str, str], target, work: Path,
-          cmake_args: tuple[str, ...] = ()) -> Path:
+          cmake_args: tuple[str, ...] = (), sources: tuple[Path, ...] = (),
+          includes: tuple[Path, ...] = ()) -> Path:
     """Write and build the program for `target`; the executable's path. `cmake_args`: as
-    the generated project takes them (-DUB_NATIVE=OFF: a host build for the baseline ISA)."""
+    the generated project takes them (-DUB_NATIVE=OFF: a host build for the baseline ISA).
+    `sources`, `includes`: more C files to build into the program with the kernels' flags
+    (another library's kernels that the variants call), and their header folders."""
     from ubitrain.runtime.build import cmake_build
     from ubitrain.runtime.target_build import toolchain_file
 
@@ -139,7 +142,10 @@ def build(cases: list[Case], support: dict[str, str], target, work: Path,
     for name in [*Path(RUNTIME_C).glob("*.h"), Path(RUNTIME_C) / "ub_kernel_flags.cmake"]:
         (runtime / name.name).write_text(name.read_text())
     toolchain = None if target.runs_on_host else toolchain_file(target)
-    build_dir = cmake_build(work, work / "build", shared=False, extra_args=cmake_args,
+    listed = [f"-DUB_HARNESS_{name}={';'.join(str(Path(p).resolve()) for p in paths)}"
+              for name, paths in (("SOURCES", sources), ("INCLUDES", includes)) if paths]
+    build_dir = cmake_build(work, work / "build", shared=False,
+                            extra_args=(*cmake_args, *listed),
                             toolchain=toolchain)
     return build_dir / "ub_harness"
 
