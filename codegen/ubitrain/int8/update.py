@@ -14,7 +14,6 @@ import bisect
 from dataclasses import dataclass
 
 from ..errors import CompileError
-from ..lowering.niti_kernels import niti_update
 
 # The working-set bound of a weight-gradient convolution on hexagon-v66: half of the 512 KiB
 # L2 we assume for the v66 compute DSP (Snapdragon 855 class; not from a Qualcomm datasheet),
@@ -113,4 +112,8 @@ class NITI:
         return [exponent] if exponent is not None and exponent.shape != (1,) else []
 
     def update(self, param, grad, states, coef, exponents=None):
+        # here, not at the top: a trainer (load_package, a fleet client) needs NITI's
+        # settings, not TVM, which takes seconds to import
+        from ..lowering.niti_kernels import niti_update
+
         return niti_update(param, grad, coef, exponents)
