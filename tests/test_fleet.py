@@ -376,6 +376,20 @@ def test_the_fleet_imports_neither_the_demo_nor_the_zoo_nor_the_cli():
                 if m == banned or m.startswith(banned + ".")}
 
 
+def test_a_clients_process_imports_neither_torch_nor_tvm():
+    """Every Ray worker and deployed ClientApp process imports the client's apps and loads a
+    compiled project: the compiler's torch and TVM (seconds each, per process) stay out."""
+    import subprocess
+    import sys
+
+    code = ("import sys, ubitrain.fleet.apps, ubitrain.fleet.deployed_apps\n"
+            "from ubitrain.api import load_package\n"
+            "print(sorted({'torch', 'tvm'} & set(sys.modules)))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+
+
 # ---- int8 (NITI) clients ------------------------------------------------------------------------
 
 

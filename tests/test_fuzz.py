@@ -1,4 +1,4 @@
-"""The fuzzer's fixed-seed tier: 100 random models, each trained through the generated C (every
+"""The fuzzer's fixed-seed tier: 55 random models, each trained through the generated C (every
 pass on, and a random set off) and judged against PyTorch in float64 (ubitrain.fidelity).
 `python -m tools.fuzzing --seeds A:B` runs any other range; a failure there becomes a named
 regression test in test_fidelity_regressions.py."""
@@ -15,7 +15,13 @@ from tools.fuzzing.campaign import run_campaign
 from tools.fuzzing.case import draw_case, run_case
 from tools.fuzzing.reduce import repro_script
 
-SEEDS = 100
+# Seeds 0-49 (docs/referee.md's kill tables measured seeds 0-34 and 35-99; the campaign test
+# below uses 25-26), and the seeds of 50-99 that a doc or regression names: 64 and 86 (drawn
+# anew when a cross-entropy head got 2 classes or more), 65 (leaky ReLU near its kink, issue
+# #39), 71 (test_fidelity_regressions.py's cancelling gradient) and 80 (the Adam
+# rounding-noise case of the mutant tables). The other 45 of 50-99 drew the same kinds of
+# models and took about 4 of CI's 40 minutes; `python -m tools.fuzzing --seeds 0:100` runs them.
+SEEDS = [*range(50), 64, 65, 71, 80, 86]
 GROUPS = 4  # classes, so that pytest-xdist (--dist loadscope) spreads them over its workers
 
 
@@ -29,7 +35,7 @@ def check(seed, tmp_path):
 
 
 def _group(k):
-    seeds = range(k, SEEDS, GROUPS)
+    seeds = SEEDS[k::GROUPS]
 
     class Group:
         @pytest.mark.parametrize("seed", seeds)

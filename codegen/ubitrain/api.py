@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import UbitrainError
 from .int8.package import Int8Package
 from .int8.update import NITI
 from .memory.plan import MemoryPlan
 from .package import Package
-from .pipeline import pipeline_for, run_steps
-from .pipeline.request import checked_request
-from .pipeline.unit import Unit
 from .program.ir import Slot
 from .progress import Steps
 from .project.manifest import read_manifest
 from .targets import get_target
+
+if TYPE_CHECKING:
+    from .pipeline.unit import Unit
+
+# The pipeline (pipeline/) is imported by the functions that run it: it imports torch and
+# TVM, seconds that load_package (a trainer of a compiled project: a fleet client's process)
+# does not need.
 
 COMPILE_STEPS = ["trace and differentiate", "lower kernels", "plan memory", "write C project"]
 
@@ -39,6 +44,9 @@ def compile(model, example_inputs, labels, loss: str = "cross_entropy", optimize
     pipeline/fp32.py declares them), for debugging: the step trains the same, bit for bit
     for the passes that claim it. `instruments`: pipeline/instruments.py Instruments that
     watch every step. `name`: the C prefix (ub_<name>_step); by default out_dir's name."""
+    from .pipeline import pipeline_for, run_steps
+    from .pipeline.request import checked_request
+
     start = time.perf_counter()
     pipeline = pipeline_for(precision, target)
     disabled = pipeline.disabled(disable_passes)
@@ -58,6 +66,9 @@ def lower(model, example_inputs, labels, loss: str = "cross_entropy", optimizer=
     """The pipeline's lowering steps alone, at `micro_batches`: the unit with its training
     module, kernel library, step programs and memory plan, and no project written (for
     tools and tests that study the step)."""
+    from .pipeline import pipeline_for
+    from .pipeline.request import checked_request
+
     pipeline = pipeline_for(precision, target)
     request = checked_request(pipeline, model, example_inputs, labels, loss, optimizer,
                               trainable, target, None, ".", micro_batches)
@@ -65,6 +76,9 @@ def lower(model, example_inputs, labels, loss: str = "cross_entropy", optimizer=
 
 
 def _lowering(pipeline, request, disabled, instruments):
+    from .pipeline import run_steps
+    from .pipeline.unit import Unit
+
     def lower(k: int, progress=None) -> Unit:
         """The lowering steps at k micro-batches (a budget may ask for another k)."""
         unit = Unit(request, k, disabled, tuple(instruments), lower)

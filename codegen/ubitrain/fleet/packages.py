@@ -8,15 +8,18 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import torch
-
 import ubitrain as ub
 
 from ..errors import UbitrainError
 
+# torch is imported by the functions that make the model: a client's process only opens a
+# trainer (open_trainer), and torch takes seconds to import.
+
 
 def fresh_model(model_factory, seed: int):
     """`model_factory()` under `seed`: the same initial weights in every process."""
+    import torch
+
     torch.manual_seed(seed)
     model = model_factory()
     if not isinstance(model, torch.nn.Module):
@@ -28,6 +31,8 @@ def fresh_model(model_factory, seed: int):
 def check_classes(model, sample_shape, batch: int, classes: int) -> None:
     """The model's output has a logit for every class of the data: refused up front (one
     forward pass of a copy in PyTorch) rather than after the compile."""
+    import torch
+
     probe = copy.deepcopy(model).eval()
     with torch.no_grad():
         try:
@@ -53,6 +58,8 @@ def fleet_package(out_dir: Path, target: str, model_factory, sample_shape, batch
     """`model_factory()` compiled for `target` with the seed's initial weights into
     `out_dir/target` (the project a client receives) and built (a cross target's driver
     too): (the project's directory, its trainer). The caller closes an emulated trainer."""
+    import torch
+
     project = Path(out_dir) / target
     example = torch.zeros((batch, *sample_shape))
     pkg = ub.compile(fresh_model(model_factory, seed), (example,),

@@ -14,7 +14,6 @@ import bisect
 from dataclasses import dataclass
 
 from ..errors import CompileError
-from ..lowering.niti_kernels import niti_update
 
 # Where the CPU part of a split step (dsp_offload) can run.
 CPU_TARGETS = ("host", "aarch64-neon")
@@ -104,4 +103,8 @@ class NITI:
         return [exponent] if exponent is not None and exponent.shape != (1,) else []
 
     def update(self, param, grad, states, coef, exponents=None):
+        # here, not at the top: a trainer (load_package, a fleet client) needs NITI's
+        # settings, not TVM, which takes seconds to import
+        from ..lowering.niti_kernels import niti_update
+
         return niti_update(param, grad, coef, exponents)

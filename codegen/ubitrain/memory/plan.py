@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..program.ir import PERSISTENT_KINDS, Program, Slot
-from ..program.micro_batch import micro_batches_of
 from .arena_planner import ArenaPlanner, align_up
 
 
@@ -76,6 +75,10 @@ def plan_memory(programs: list[Program], alignment: int = 16,
                 decisions: dict | None = None, target: int = 0) -> MemoryPlan:
     """`decisions`: {root slot: "recompute" | "page"} from program/remat.py's rewrite;
     `target`: an arena size that is good enough (a budget), where placement may stop."""
+    # here, not at the top: micro_batch.py imports TVM (seconds), which a trainer loading a
+    # MemoryPlan from package.json (load_package, a fleet client) does not need
+    from ..program.micro_batch import micro_batches_of
+
     decisions = decisions or {}
     persistent: list[Slot] = []
     seen = set()
