@@ -88,7 +88,7 @@ def test_every_pass_is_named_and_unknown_names_are_refused(tmp_path):
         ub.compile(EveryPass(), (x,), y, out_dir=tmp_path, precision="int8",
                    disable_passes=("microkernels",))
     assert [r.name for r in INT8.rewrites] == ["fuse_kernels", "early_updates",
-                                               "share_in_place"]
+                                               "share_in_place", "fold_frozen_calls"]
 
 
 def test_a_pass_whose_precondition_fails_does_nothing(tmp_path):
