@@ -74,3 +74,27 @@ def test_onnx_biases_train_like_the_module(tmp_path):
     assert want["features.0.bias"].dtype == np.int32
     assert np.array_equal(got["features.0.bias"], want["features.0.bias"])
     assert not np.array_equal(want["features.0.bias"], start["features.0.bias"])  # it trained
+
+
+def test_onnx_table_functions_train_like_the_module(tmp_path):
+    """Sigmoid, Tanh, HardSwish and Gelu nodes of an ONNX file become the int8 pipeline's
+    tables (niti/tables.py) as the module's ATen ops do: the two builds agree bit for bit."""
+    data = niti_batches(3)
+    x, y = torch.from_numpy(data[0][0]), torch.from_numpy(data[0][1])
+    config = ub.NITI(mu=(5,), milestones=())
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.Hardswish(),
+                          nn.Conv2d(4, 4, 3, stride=2, padding=1, bias=False), nn.Sigmoid(),
+                          nn.Flatten(), nn.Linear(64, 16, bias=False), nn.Tanh(),
+                          nn.Linear(16, 16, bias=False), nn.GELU(),
+                          nn.Linear(16, 5, bias=False))
+    path = torch.onnx.export(model, (x,), str(tmp_path / "tables.onnx"), dynamo=False,
+                             input_names=["x"], opset_version=20) or tmp_path / "tables.onnx"
+    from_onnx = ub.compile(path, (x,), y, precision="int8", optimizer=config,
+                           out_dir=tmp_path / "onnx")
+    from_module = ub.compile(model, (x,), y, precision="int8", optimizer=config,
+                             out_dir=tmp_path / "module")
+    with from_onnx.build() as a, from_module.build() as b:
+        for xb, yb in data:
+            assert a.step(xb, yb) == b.step(xb, yb)
+        assert np.array_equal(a.predict(data[0][0]), b.predict(data[0][0]))

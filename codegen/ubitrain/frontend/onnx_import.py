@@ -38,7 +38,7 @@ from .aten import (
     pooling,
     shape_of,
 )
-from .aten.registry import dtype_of
+from .aten.registry import aten, dtype_of
 from .dtypes import check_onnx_dtypes
 from .forward import StateTensor, TensorSpec, c_ident, c_name, emit_forward
 
@@ -108,14 +108,20 @@ def _relu(ctx, x):
     return activations.relu(ctx, None, x)
 
 
+def _aten(ctx, op, ours):
+    """The converter of ATen `op`: the caller's (ctx.converters: the int8 pipeline's tables,
+    ops/table_activation.py) or `ours`."""
+    return ctx.converters.get(op, ours)
+
+
 @onnx_op("Sigmoid")
 def _sigmoid(ctx, x):
-    return activations.sigmoid(ctx, None, x)
+    return _aten(ctx, aten.sigmoid.default, activations.sigmoid)(ctx, None, x)
 
 
 @onnx_op("Tanh")
 def _tanh(ctx, x):
-    return activations.tanh(ctx, None, x)
+    return _aten(ctx, aten.tanh.default, activations.tanh)(ctx, None, x)
 
 
 @onnx_op("Erf")
@@ -125,12 +131,12 @@ def _erf(ctx, x):
 
 @onnx_op("HardSwish")
 def _hardswish(ctx, x):
-    return activations.hardswish(ctx, None, x)
+    return _aten(ctx, aten.hardswish.default, activations.hardswish)(ctx, None, x)
 
 
 @onnx_op("Gelu")
 def _gelu(ctx, x, approximate="none"):
-    return activations.gelu(ctx, None, x, approximate)
+    return _aten(ctx, aten.gelu.default, activations.gelu)(ctx, None, x, approximate)
 
 
 @onnx_op("Clip")
@@ -466,8 +472,10 @@ SECOND_INPUT_ATTRS = {"ReduceMean": "axes_input", "ReduceSum": "axes_input",
 BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
 
 
-def import_onnx(model, example_inputs: tuple, training: bool, extend=None) -> tuple:
-    """Convert an ONNX model (path or ModelProto) like `torch_export.import_forward`."""
+def import_onnx(model, example_inputs: tuple, training: bool, extend=None,
+                converters=None) -> tuple:
+    """Convert an ONNX model (path or ModelProto) like `torch_export.import_forward`
+    (`converters`: {ATen op: converter} in place of ours, for the ops that map to one)."""
     onnx = require_onnx()
     model = load_onnx(model)
     graph = model.graph
@@ -478,7 +486,8 @@ def import_onnx(model, example_inputs: tuple, training: bool, extend=None) -> tu
     initializers = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
     buffers = {n.input[i] for n in graph.node for i in BUFFER_INPUTS.get(n.op_type, ())
                if i < len(n.input)}
-    ctx = ConvertContext(bb=relax.BlockBuilder(), training=training)
+    ctx = ConvertContext(bb=relax.BlockBuilder(), training=training,
+                         converters=converters or {})
     env: dict = {}
     inputs, input_specs, state, state_vars = [], [], [], {}
     graph_inputs = [i for i in graph.input if i.name not in initializers]

@@ -105,7 +105,7 @@ def build_training_module(model, example_inputs: tuple, labels, loss: str,
                           converters=None) -> TrainingModule:
     """`micro_batches` = k traces both functions on the first batch / k samples (the step
     programs run them k times over the whole batch, program/micro_batch.py). `converters`:
-    {ATen op: converter} in place of the float ones (a PyTorch model's only)."""
+    {ATen op: converter} in place of the float ones."""
     register_gradients()
     splits: list[ChannelSplit] = []
     labels_shape = tuple(labels.shape)
@@ -134,7 +134,7 @@ def build_training_module(model, example_inputs: tuple, labels, loss: str,
 
     if is_onnx_model(model):
         def importer(inputs, training, extend=None):
-            return import_onnx(model, inputs, training, extend)
+            return import_onnx(model, inputs, training, extend, converters)
     else:
         def importer(inputs, training, extend=None):
             return import_forward(model, inputs, training, extend, converters)
