@@ -74,15 +74,11 @@ TABLES = {aten.sigmoid.default: "aten.sigmoid", aten.tanh.default: "aten.tanh",
           aten.hardswish.default: "aten.hardswish", aten.hardsigmoid.default: "aten.hardsigmoid"}
 
 
-@functools.cache
-def _tables(function: str, approximate: str) -> tuple:
-    return tables(function, **({} if approximate == "none" else {"approximate": approximate}))
-
-
 def _node_tables(node) -> tuple:
     """(F, F exponents, D, D exponents) of a table node (GELU's approximate as it says)."""
     approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
-    return _tables(TABLES[node.target], approximate)
+    return tables(TABLES[node.target],
+                  **({} if approximate == "none" else {"approximate": approximate}))
 
 
 def _groups(args) -> int:

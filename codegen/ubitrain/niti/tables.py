@@ -13,6 +13,7 @@ clipped left shift from above E_HI).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -78,6 +79,7 @@ FUNCTIONS = {"aten.gelu": _gelu, "aten.sigmoid": _sigmoid, "aten.tanh": _tanh,
              "aten.hardsigmoid": _hardsigmoid}
 
 
+@functools.cache  # a model's every use of a function (forward, backward, predict) reads one
 def tables(op: str, **kwargs) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(F [n, 256] int8, F exponents [n], D [n, 256] int8, D exponents [n]) for the input
     exponents E_LO..E_HI; column q + 128 holds the value at int8 input q."""
