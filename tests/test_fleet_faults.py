@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fleet_harness import digits_shards
 
 import ubitrain as ub
 from ubitrain.zoo import DigitsCNN
@@ -30,8 +31,6 @@ from ubitrain.zoo import DigitsCNN
 def digits_fleet(tmp_path_factory):
     """The digits CNN (batch 8, SGD lr 0.05 momentum 0.9) compiled, and the digits split
     over 10 clients, each shard in its own file: what a FleetSetup points at."""
-    from test_fleet import _digits_shards
-
     from ubitrain.fleet.data import save_shards
 
     where = tmp_path_factory.mktemp("faults")
@@ -40,7 +39,7 @@ def digits_fleet(tmp_path_factory):
                      optimizer=ub.SGD(lr=0.05, momentum=0.9), progress=False,
                      out_dir=where / "host")
     library = pkg.build().library
-    shards, test = _digits_shards(10)
+    shards, test = digits_shards(10)
     save_shards(where / "data", shards, test)
     return pkg.out_dir, library, where / "data", test
 
