@@ -337,3 +337,19 @@ def _tolerances_unpinned_and_pinned(ref, data):
         wrong = referee(_Float64Trainer(ref, "fc.weight", 0.03), ref, data, pin=pin)
         assert (wrong.status == "match") == (not pin), wrong.summary()
     return tolerance, wrong
+
+
+def test_a_c_tensor_is_found_by_value_only_when_no_other_comes_near():
+    """sides._match: the C's copy of an op's tensor is the one within 1e-3 of its largest
+    value, or, where rounding is amplified (a BatchNorm over a few nearly equal values), the
+    one within 5e-2 with every other tensor of its size ten times further; two candidates
+    that close, and none is taken (a wrong tensor's sides would be replayed)."""
+    from ubitrain.fidelity.sides import _match
+
+    t = torch.linspace(-1.0, 1.0, 64, dtype=torch.float64)
+    exact, noisy, other = t.numpy(), t.numpy() + 2e-3, -t.numpy()
+    assert _match([other, exact], t) == 1
+    assert _match([other, noisy], t) == 1  # 2e-3: a unique candidate
+    assert _match([noisy, t.numpy() + 1.5e-2], t) is None  # the runner-up is 7.5x, not 10x
+    assert _match([other, t.numpy() + 0.1], t) is None  # beyond 5e-2
+    assert _match([np.zeros(63)], t) is None  # no tensor of its size
