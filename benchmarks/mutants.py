@@ -13,7 +13,7 @@ Per model and batch, first the C as generated ("baseline": it must match, or the
 nothing), then each mutant's outcome: caught ("mismatch", or "stops": the C returned an
 error status), missed ("match", "near kink"), not caught because no referee could ("same":
 every number the referee reads bit for bit the baseline's; "rounding": within its rounding
-floor), or "-" (the model has nothing the defect applies to: not exercised). Then the kill
+floor; "f32 error": within float32 PyTorch's own error on each number, no headroom), or "-" (the model has nothing the defect applies to: not exercised). Then the kill
 rate per mutant and per model, over the runs that exercised it. Step 1's PyTorch runs are
 shared by a model's mutants, and a mutant caught at step 1 is not run further
 (tools/mutants/run.py; `--every-step` runs it through every step). A real model trains with
@@ -47,9 +47,11 @@ from tools.mutants import BASELINE, INT8_MUTANTS, MUTANTS, judge_int8_mutants, j
 from tools.real_models import batches, real_model
 
 SHORT = {"mismatch": "caught", "stops": "stops", "match": "MISSED", "near kink": "kink?",
-         "unchanged": "same", "below rounding": "rounding", "not exercised": "-",
+         "unchanged": "same", "below rounding": "rounding",
+         "below float32's error": "f32 error", "not exercised": "-",
          "error": "ERROR"}
-APART = ("unchanged", "below rounding")  # not caught, and no referee could have
+# not caught, and no referee comparing with float32 PyTorch could have
+APART = ("unchanged", "below rounding", "below float32's error")
 REAL_OPTIMIZER = ub.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
 
 
@@ -158,18 +160,24 @@ def summarize(rows, mutants):
         print(f"\nbaseline not a match, its mutants not counted: {bad}")
     rows = [r for r in rows if (r["model"], r["batch"]) in valid]
     print("\nkill rate per mutant (caught / exercised and changing a number beyond rounding; "
-          "runs where it changes none or only below rounding, runs that do not exercise it)")
+          "runs where it changes none, or only below rounding or float32 PyTorch's own error; "
+          "runs that do not exercise it)")
     for m in mutants:
         mine = [r for r in rows if r["mutant"] == m.name]
         ran = [r for r in mine if r["exercised"] and r["status"] not in APART]
         same = [f"{r['model']} b{r['batch']}" for r in mine if r["status"] == "unchanged"]
         tiny = [f"{r['model']} b{r['batch']}" for r in mine
                 if r["status"] == "below rounding"]
+        vague = [f"{r['model']} b{r['batch']}" for r in mine
+                 if r["status"] == "below float32's error"]
         idle = [f"{r['model']} b{r['batch']}" for r in mine if not r["exercised"]]
         print(f"  {m.name:20} {sum(r['caught'] for r in ran)}/{len(ran)}"
-              + ("   EXERCISED BY NO MODEL" if not ran and not same and not tiny else "")
+              + ("   EXERCISED BY NO MODEL" if not ran and not same and not tiny and not vague
+                 else "")
               + (f"   changes no number of: {', '.join(same)}" if same else "")
               + (f"   changes numbers below rounding on: {', '.join(tiny)}" if tiny else "")
+              + (f"   changes numbers within float32 PyTorch's own error on: {', '.join(vague)}"
+                 if vague else "")
               + (f"   not exercised by: {', '.join(idle)}" if idle else ""))
     print("kill rate per model (caught / exercised, over its batches)")
     group = {r["model"]: "fuzz seeds" if r["model"].startswith("fuzz ") else r["model"]

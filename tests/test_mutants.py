@@ -140,3 +140,29 @@ def test_a_shared_first_step_run_is_the_run_it_replaces():
             assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     assert recorder.unpinned == again.unpinned and recorder.pinned == again.pinned
     assert recorder.decisions.ops == again.decisions.ops
+
+
+def test_a_mutant_within_float32s_own_error_is_told_apart_from_a_miss():
+    """tools/mutants/run.py within_spread: a mutant whose every number stays within float32
+    PyTorch's own error of the C as generated's (each check's spread, no headroom) is one no
+    referee comparing with float32 could catch; one number beyond it anywhere (here the second
+    step's change of the weight) and it is a miss. Step 2 is judged as a change from step 1,
+    so a difference carried from step 1 is not counted twice."""
+    from tools.mutants.run import within_spread
+    from ubitrain.fidelity.referee import Check, Verdict
+
+    def verdict(w1, w2, loss=1.0, prediction=0.5):
+        trajectory = [(loss, {"w": np.array([w1, 2.0])}, {}),
+                      (loss, {"w": np.array([w2, 2.0])}, {})]
+        return Verdict("match", trajectory=trajectory, prediction=np.array([prediction]))
+
+    spread = 1e-2  # float32 PyTorch's error on w's change, relative to its scale 0.1
+    checks = [Check(k, name, 0.0, spread, 8 * spread, scale=scale)
+              for k in (1, 2) for name, scale in (("loss", 1.0), ("w", 0.1))]
+    base = verdict(1.1, 1.2)
+    base.checks = checks + [Check(0, "predict", 0.0, spread, 8 * spread, scale=1.0)]
+    assert within_spread(base, verdict(1.1 + 5e-4, 1.2 + 5e-4))  # step 2's change: the same
+    assert within_spread(base, verdict(1.1 + 5e-4, 1.2 + 1.4e-3))  # its change: 9e-4 more
+    assert not within_spread(base, verdict(1.1 + 5e-4, 1.2 + 2e-3))  # 1.5e-3 > 1e-3
+    assert not within_spread(base, verdict(1.1 + 2e-3, 1.2 + 2e-3))  # step 1: 2e-3
+    assert not within_spread(base, verdict(1.1, 1.2, prediction=0.52))
