@@ -195,33 +195,43 @@ def within_spread(a, b) -> bool:
     """Whether every number verdict `b`'s C computed differs from verdict `a`'s (the C as
     generated, a match) by no more than float32 PyTorch's own error on it (`a`'s check's
     spread, measured with no headroom): what no referee that compares with float32 PyTorch can
-    tell apart. A step's numbers are compared as changes from the step before, as the
-    referee does, so that a difference carried from an earlier step is not counted twice.
-    (A defect scaling a gradient by 1.01 where float32 itself computes it only to 1%:
-    mobilenet_v2 at batch 1, whose last BatchNorms normalise four nearly equal values.)"""
+    tell apart. (A defect scaling a gradient by 1.01 where float32 itself computes it only
+    to 1%: mobilenet_v2 at batch 1, whose last BatchNorms normalise four nearly equal
+    values.)"""
+    return effect(a, b)[0] <= 1.0
+
+
+def effect(a, b) -> tuple[float, str]:
+    """How far verdict `b`'s C moved from verdict `a`'s, in units of float32 PyTorch's own
+    error (`a`'s spread of each check): the largest ratio over every number, and where (inf:
+    a number float32 computes exactly, or one `b` lacks). A step's numbers are compared as
+    changes from the step before, as the referee does, so that a difference carried from an
+    earlier step is not counted twice."""
     checks = {(c.step, c.name): c for c in a.checks}
     if len(a.trajectory) != len(b.trajectory) or a.prediction is None or b.prediction is None:
-        return False
+        return float("inf"), "the trajectory"
+    ratios = []
 
-    def close(step, name, x, y) -> bool:
+    def measure(step, name, x, y):
         check = checks.get((step, name))
-        d = np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))
-        return check is not None and bool(np.all(d <= check.spread * check.scale))
+        d = float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)),
+                         initial=0.0))
+        floor = 0.0 if check is None else check.spread * check.scale
+        ratio = 0.0 if d == 0 else d / floor if floor > 0 else float("inf")
+        ratios.append((ratio, f"step {step} {name}"))
 
     before = None
     for step, (ra, rb) in enumerate(zip(a.trajectory, b.trajectory), 1):
-        if not close(step, "loss", ra[0], rb[0]):
-            return False
+        measure(step, "loss", ra[0], rb[0])
         for part in (1, 2):
             for name, va in ra[part].items():
                 if name not in rb[part]:
-                    return False
-                change = _change(va, rb[part][name], name, before and (
-                    before[0][part][name], before[1][part][name]))
-                if not close(step, name, *change):
-                    return False
+                    return float("inf"), f"step {step} {name}"
+                measure(step, name, *_change(va, rb[part][name], name, before and (
+                    before[0][part][name], before[1][part][name])))
         before = ra, rb
-    return close(0, "predict", a.prediction, b.prediction)
+    measure(0, "predict", a.prediction, b.prediction)
+    return max(ratios)
 
 
 def _change(va, vb, name: str, previous):
@@ -321,6 +331,9 @@ def judge_mutants(mutants, model, batches, optimizer, out_dir, loss: str = "cros
                         status = "below rounding"
                     elif within_spread(baseline, verdict):
                         status = "below float32's error"
+                    else:  # a miss: by how much float32's own error it was missed
+                        summary += ("\n  moved the C by {:.2f}x float32 PyTorch's own error "
+                                    "at most ({})").format(*effect(baseline, verdict))
         except RuntimeStatusError as err:  # a C that stops is a C told apart
             status, summary = "stops", str(err)[:400]
         except Exception as err:  # noqa: BLE001 - said in the result
