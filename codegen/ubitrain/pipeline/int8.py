@@ -54,7 +54,7 @@ from ..ops.table_activation import TABLE_CONVERTERS
 from ..project.manifest import write_manifest
 from ..training.batch_norm_folding import batch_norm_mode, fold_batch_norms, weight_exponents_mode
 from ..training.niti_module import niti_training_module
-from ..training.niti_ops import check_integer_ops
+from ..training.niti_ops import check_integer_onnx_ops, check_integer_ops
 from . import fp32
 from .steps import Pipeline, Rewrite, Step
 
@@ -81,6 +81,8 @@ def integer_ops(unit):
     r = unit.request
     if isinstance(r.model, torch.nn.Module):
         check_integer_ops(r.model, r.example_inputs, r.optimizer.batch_norm == "integer")
+    else:  # an ONNX model (api.py admits no other)
+        check_integer_onnx_ops(r.model)
 
 
 def niti_graph(unit):
