@@ -29,6 +29,7 @@ niti_table_rules.py.
 from __future__ import annotations
 
 import numpy as np
+import tvm
 from tvm import relax
 from tvm.relax import op as R
 
@@ -51,6 +52,21 @@ from .niti_values import (
 )
 
 
+class ConstantOperand(Exception):
+    """An op of the float graph reads a constant: no integer form (NITI's ops read int8 or
+    int32 tensors with exponents), and the rule asking for one does not know which op."""
+
+
+class Forms(dict):
+    """Each float var's integer form. A constant has none: asked for one, it raises
+    ConstantOperand, which `Rewriter.visit` refuses naming the op, not a bare KeyError."""
+
+    def __missing__(self, key):
+        if isinstance(key, tvm.ir.Constant):
+            raise ConstantOperand(key)
+        raise KeyError(key)
+
+
 def _moved(value):
     """A buffer's new value as the step returns it (a count is kept as a Parameter)."""
     return value.var if isinstance(value, Parameter) else value
@@ -63,7 +79,7 @@ class Rewriter:
     def __init__(self, func: relax.Function, mode: int, max_interval: int):
         self.func, self.mode, self.max_interval = func, mode, max_interval
         self.bb = relax.BlockBuilder()
-        self.env: dict = {}  # float var -> its integer form
+        self.env = Forms()  # float var -> its integer form
         self.narrowed: dict[int, Quantized] = {}  # id(Accumulator) -> its int8 form
         self.kept: list = []  # each narrowed Accumulator, alive: its id is not reused
         self.sites: list[tuple[str, relax.Var]] = []
@@ -167,14 +183,21 @@ class Rewriter:
             raise UnsupportedOpError(f"precision='int8': {binding.var.name} is a "
                                      f"{type(value).__name__}")
         fused = fused_op_of(value)
-        if fused is not None:
-            return self.fused(value, *fused)
-        op = value.op.name
-        rule = RULES.get(op)
-        if rule is None:
-            raise UnsupportedOpError(f"precision='int8': no integer (NITI) form for {op} "
-                                     f"({binding.var.name})")
-        return rule(self, value, binding.var.name)
+        op = fused[0] if fused is not None else value.op.name
+        try:
+            if fused is not None:
+                return self.fused(value, *fused)
+            rule = RULES.get(op)
+            if rule is None:
+                raise UnsupportedOpError(f"precision='int8': no integer (NITI) form for {op} "
+                                         f"({binding.var.name})")
+            return rule(self, value, binding.var.name)
+        except ConstantOperand as c:
+            value = c.args[0].value.numpy()
+            shown = value.tolist() if value.size <= 4 else f"of shape {list(value.shape)}"
+            raise UnsupportedOpError(
+                f"precision='int8': no integer (NITI) form for {op} ({binding.var.name}) of "
+                f"the constant {shown}: NITI's integer ops take no constant operand") from None
 
     def fused(self, call, op, attrs=None):
         args = [self.env.get(a, a) for a in call.args[1].fields]  # or a constant
