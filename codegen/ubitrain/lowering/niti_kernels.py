@@ -336,23 +336,32 @@ def _coarsest(e, name: str):
     return te.compute((1,), lambda i: te.max(e[k], axis=k), name=name)
 
 
-def niti_to_coarsest(total, e, axis: int, acc: str):
+def niti_to_coarsest(total, e, axis: int, acc: str, start: int = 0):
     """niti/channel_exponents.py to_coarsest: channel c (along `axis`) of an int32
-    accumulator RoundShift'ed by max(e) - e[c] (never wider: it stays int32); (the total, the
-    coarsest exponent (1,))."""
+    accumulator RoundShift'ed by max(e) - e[start + c] (never wider: it stays int32); (the
+    total, the coarsest exponent (1,)). `start` > 0: a product by the weight's rows from
+    `start` on, `e` the whole weight's (ops/niti.py)."""
     top = _coarsest(e, "coarsest")
     out = te.compute(total.shape, lambda *i: round_shift(
-        total(*i).astype(I64), top[0] - e[i[axis]]).astype(I32), name="to_coarsest")
+        total(*i).astype(I64), top[0] - e[_channel(i[axis], start)]).astype(I32),
+        name="to_coarsest")
     return [out, top]
 
 
-def niti_weight_at_coarsest(q, e, acc: str):
+def niti_weight_at_coarsest(q, e, acc: str, start: int = 0):
     """An int8 weight with an exponent per output channel (axis 0) at the coarsest one, for
-    the backward: (int8 values, the coarsest exponent (1,))."""
+    the backward: (int8 values, the coarsest exponent (1,)); `start` as niti_to_coarsest's."""
     top = _coarsest(e, "weight_coarsest")
     out = te.compute(q.shape, lambda *i: clip8(round_shift(
-        q(*i).astype(I64), top[0] - e[i[0]])).astype("int8"), name="weight_at_coarsest")
+        q(*i).astype(I64), top[0] - e[_channel(i[0], start)])).astype("int8"),
+        name="weight_at_coarsest")
     return [out, top]
+
+
+def _channel(c, start: int):
+    """The whole weight's channel of a part's channel c (no `+ 0`: a whole weight's kernels
+    print as before)."""
+    return c + start if start else c
 
 
 def _finer_than_coarsest(e):

@@ -153,7 +153,8 @@ def package(unit):
         classes=unit.output.shape[-1], trainable=tm.trainable,
         programs=programs, kernel_count=len(unit.library.kernels),
         frozen_in_flash=list(unit.frozen), skipped_passes=dict(unit.skipped),
-        config=r.optimizer, integer_parameters=[s.name for s in tm.graph.state if s.is_parameter],
+        config=r.optimizer, integer_parameters=[s.name for s in tm.predict_graph.state
+                                                     if s.is_parameter],  # weights whole
         pages=fp32.paged_tensors(unit), placement=unit.placement,
         segments=split.segments if split else None,
         overlaps=split.overlaps if split else None)

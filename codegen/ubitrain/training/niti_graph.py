@@ -135,7 +135,8 @@ class Rewriter:
             if value.channel_axis != 0:
                 raise UnsupportedOpError(f"precision='int8': {where} reads {value.name} "
                                          "moved off its output-channel axis")
-            out = self.emit(niti.weight_at_coarsest(value.var, value.e))
+            start = value.part.start if value.part else 0  # a part: e is the whole's
+            out = self.emit(niti.weight_at_coarsest(value.var, value.e, start))
             return self.emit(relax.TupleGetItem(out, 0)), [
                 self.emit(relax.TupleGetItem(out, 1))]
         q = self.quantized(value, where)
@@ -219,6 +220,17 @@ class Rewriter:
         raise UnsupportedOpError(f"precision='int8': no integer (NITI) form for {op}")
 
 
+def state_params(parameters) -> list[relax.Var]:
+    """Each parameter's values, then its exponent where no earlier one gave it: the parts of
+    a weight split by channels share the weight's (niti_module.py orders the state so)."""
+    out = []
+    for p in parameters:
+        out.append(p.var)
+        if p.e is not None and not any(p.e.same_as(v) for v in out):
+            out.append(p.e)
+    return out
+
+
 def rewrite_step(func: relax.Function, name: str, parameters: dict[str, Parameter], mode: int,
                  max_interval: int = 1, sites: int | None = None):
     """`func` (the training function, or with mode EXACT the predict function) on integers,
@@ -259,7 +271,6 @@ def rewrite_step(func: relax.Function, name: str, parameters: dict[str, Paramete
                                                      relax.Tuple(grads)]))
         site_vars = [s for _, s in rw.sites] if sites is None else [
             relax.Var(f"site{i}", niti.SITE_TYPE) for i in range(sites)]
-        params = inputs + [v for p in parameters.values() for v in (p.var, p.e)
-                           if v is not None]
+        params = inputs + state_params(parameters.values())
         bb.emit_func_output(result, params=params + site_vars)
     return bb.get()[name], [w for w, _ in rw.sites]
