@@ -23,9 +23,11 @@ largest element.
 
 The update then sees A_k as it sees a full batch's gradient: it moves by PstoShift(A_k,
 bitlen(max |A_k|) - mu), which does not read the exponent E_k (a weight's exponent stays
-fixed). It differs from the full batch's step by the micro-batches' own exponents (each
-micro-batch's int8 values are finer or as fine as the batch's would be), the alignment's
-rounding, and anything the batch couples (integer BatchNorm's statistics).
+fixed). It differs from the full batch's step by the micro-batches' own exponents (the
+input's, a maximum over part of the batch, is as fine as the batch's or finer), the
+alignment's rounding, the sites' k moves per step (an adaptive site counts its interval in
+micro-batches) and integer BatchNorm's statistics. predict, which runs micro-batch by
+micro-batch too, quantizes each micro-batch's rows on their own.
 
 The compile keeps (A, E) in an int32 accumulator and an int32 exponent that starts at EMPTY,
 below any exponent, so that the first micro-batch takes the rule's first line: RoundShift of

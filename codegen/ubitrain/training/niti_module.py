@@ -140,7 +140,6 @@ def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
             for s in tm.graph.state)),
         ("part of a layer's channels (SparseUpdate(channels=...)): train whole layers",
          bool(tm.channel_splits)),
-        ("micro-batches", tm.micro_batches > 1),
         ("random masks (Dropout)", bool(tm.graph.random_masks))) if bad]
     if refused:
         raise UnsupportedOpError(f"precision='int8' does not train {'; '.join(refused)} yet")
@@ -167,7 +166,8 @@ def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
                                       0 if e.size > 1 else None)
         return out
 
-    main, sites = rewrite_step(tm.mod["main"], "main", parameters(tm.graph), mode, max_interval)
+    main, sites = rewrite_step(tm.mod["main"], "main", parameters(tm.graph), mode, max_interval,
+                               gradient_exponents=tm.micro_batches > 1)
     predict, _ = rewrite_step(tm.mod["predict"], "predict",
                               parameters(tm.predict_graph), EXACT,
                               sites=len(sites))
