@@ -4,7 +4,9 @@ the fuzzer's int8 cases make of the generated C.
 The reference (niti_reference.py, read off the model's ATen graph, each BatchNorm folded
 first as the compile folds it) gives each step's loss and integer gradients; NITI's update
 rule (niti/update.py) applied to them gives the parameters the C must hold after the step,
-bit for bit; predict's output after the last step must be the reference's too.
+bit for bit; predict's output after the last step must be the reference's too. A compile
+with micro-batches is checked against the same reference over as many micro-batches
+(niti_micro_batches.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ..niti import channel_exponents
 from ..niti.rescale import ADAPTIVE, EXACT_COUNTED, SKIPS
 from ..niti.update import niti_update
 from ..training.batch_norm_folding import batch_norms, fold_batch_norms
+from .niti_micro_batches import MicroBatchedReference
 from .niti_reference import NitiGraphReference
 from .niti_sparse import trained_rows, update_rows
 
@@ -43,7 +46,9 @@ def compare_with_reference(trainer, model, batches, config, first_step: int = 0,
         model = fold_batch_norms(model)  # what the compile trains
     mode = ADAPTIVE if config.adaptive_rescale else EXACT_COUNTED
     example = torch.as_tensor(np.asarray(batches[0][0]))
-    reference = NitiGraphReference(model, example, mode, config.max_interval)
+    k = trainer.package.memory_plan.micro_batches
+    reference = NitiGraphReference(model, example, mode, config.max_interval) if k == 1 \
+        else MicroBatchedReference(model, example, k, mode, config.max_interval)
     norms = batch_norms(model) if integer_norms else []
     statistics = [f"{owner}.{s}" for owner in norms for s in ("running_mean", "running_var")]
     if norms:  # the integer BatchNorms' running statistics, from the trainer's

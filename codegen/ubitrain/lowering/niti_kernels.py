@@ -15,6 +15,7 @@ from tvm import te, tirx
 
 from ..niti.align import ALIGN_BITS, BIAS_BITS
 from ..niti.loss import ERROR_SHIFT, GRAD_FRACTION_BITS, LOG2E_Q15, TOP_EXPONENT
+from ..niti.micro_batches import SHIFT_LIMIT
 from ..niti.rescale import ADAPTIVE, COUNTDOWN, EXACT, EXPONENT, INTERVAL, REDUCTIONS, SHIFT, SKIPS
 from ..niti.rounding import LOWEST_BOUND_EXPONENT
 from ..niti.tables import E_HI, E_LO
@@ -396,6 +397,23 @@ def niti_update(param, grad, mu, exponents=None):
         return tirx.max(tirx.min(new, i64(2**31 - 1)), i64(-2**31 + 1)).astype(I32)
 
     return te.compute(param.shape, rule, name="niti_update")
+
+
+def niti_accumulate(acc, e_acc, grad, e_grad):
+    """One micro-batch's int32 gradient at exponent e_grad added to the running sum `acc`
+    at e_acc (niti/micro_batches.py accumulate): (the sum, its exponent), each written over
+    its input. Both outputs read the gap, a stage of its own, not e_acc: whichever is
+    stored first, the other sees the old exponent."""
+    gap = te.compute((), lambda: e_grad[0] - e_acc[0], name="acc_gap", attrs={KEEP_STAGE: 1})
+
+    def shifted(x, s):
+        return round_shift(x.astype(I64), tirx.min(tirx.max(s, i32(0)), i32(SHIFT_LIMIT)))
+
+    total = te.compute(acc.shape, lambda *i: (shifted(acc(*i), gap())
+                                              + shifted(grad(*i), -gap())).astype(I32),
+                       name="acc_sum")
+    e = te.compute((1,), lambda i: e_grad[0] - tirx.min(gap(), i32(0)), name="acc_e")
+    return [total, e]
 
 
 def _table_entry(q, e, values, exponents, name: str):

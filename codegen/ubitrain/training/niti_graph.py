@@ -28,6 +28,8 @@ niti_table_rules.py.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import tvm
 from tvm import relax
@@ -153,24 +155,30 @@ class Rewriter:
             first, *moved = first.fields
             buffers = [_moved(self.env[b]) for b in moved]
         loss = self.env[first]
-        grads = []
+        grads = []  # (int32 gradient, its exponent)
         for adjoint in fields[1].fields:
             value = self.env[adjoint]
             if isinstance(value, ZeroGradient):  # NITI's update leaves the parameter as it is
-                grads.append(self.emit(relax.op.zeros(value.shape, INT32)))
+                grads.append((self.emit(relax.op.zeros(value.shape, INT32)),
+                              self.zero_exponent))
             elif isinstance(value, Accumulator) and (value.error_sum or len(shape_of(value.total))
                                                    > 1):
-                grads.append(value.total)  # a weight's (products) or a bias's (error sum)
+                # a weight's (products) or a bias's (error sum)
+                grads.append((value.total, self.exponent_of(value)))
             elif isinstance(value, (Accumulator, Quantized)) and len(shape_of(
                     value.total if isinstance(value, Accumulator) else value.q)) == 1:
                 # a bias's gradient whose sum Relax left out (one term: batch 1, one pixel):
                 # the error itself, narrowed as every error is
                 q = self.quantized(value, "a bias gradient")
-                grads.append(self.emit(R.astype(q.q, INT32)))
+                grads.append((self.emit(R.astype(q.q, INT32)), q.e))
             else:
                 raise UnsupportedOpError("precision='int8': a gradient that is not an "
                                          "integer sum")
         return loss, buffers, grads
+
+    def exponent_of(self, acc: Accumulator) -> relax.Expr:
+        """An accumulator's exponent as one (1,) tensor: the sum of its parts."""
+        return functools.reduce(lambda a, b: self.emit(R.add(a, b)), acc.exponents)
 
     def visit(self, binding):
         value = binding.value
@@ -232,7 +240,8 @@ def state_params(parameters) -> list[relax.Var]:
 
 
 def rewrite_step(func: relax.Function, name: str, parameters: dict[str, Parameter], mode: int,
-                 max_interval: int = 1, sites: int | None = None):
+                 max_interval: int = 1, sites: int | None = None,
+                 gradient_exponents: bool = False):
     """`func` (the training function, or with mode EXACT the predict function) on integers,
     as the function `name`.
 
@@ -240,7 +249,8 @@ def rewrite_step(func: relax.Function, name: str, parameters: dict[str, Paramete
     function takes the other parameters (inputs, labels) as they were, then each parameter's
     values and exponent, then the rescale sites (`sites` of them for predict, which reads
     none); the training function returns ((loss, new sites...), (int32 gradients...)),
-    predict the logits as float32. Returns (function, the sites' names, in order)."""
+    each gradient a (gradient, (1,) exponent) pair with `gradient_exponents`, predict the
+    logits as float32. Returns (function, the sites' names, in order)."""
     rw = Rewriter(func, mode, max_interval)
     bb = rw.bb
     inputs = [relax.Var(p.name, p.ty) for p in func.params if p.name not in parameters]
@@ -266,6 +276,10 @@ def rewrite_step(func: relax.Function, name: str, parameters: dict[str, Paramete
                 result = bb.emit_output(niti.dequantize(logits.q, logits.e))
             else:
                 loss, buffers, grads = rw.outputs()
+                # with micro-batches each gradient goes with its exponent, to be added to the
+                # others' at one exponent (program/niti_micro_batch.py); alone, NITI's update
+                # does not read it
+                grads = [relax.Tuple([g, e]) if gradient_exponents else g for g, e in grads]
                 result = bb.emit_output(relax.Tuple([relax.Tuple([loss, *buffers,
                                                                   *rw.new_sites]),
                                                      relax.Tuple(grads)]))

@@ -145,7 +145,6 @@ def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
         ("buffers other than a BatchNorm's running statistics", any(
             not s.is_parameter and s.name.rpartition(".")[0] not in norms
             for s in tm.graph.state)),
-        ("micro-batches", tm.micro_batches > 1),
         ("random masks (Dropout)", bool(tm.graph.random_masks))) if bad]
     if refused:
         raise UnsupportedOpError(f"precision='int8' does not train {'; '.join(refused)} yet")
@@ -161,7 +160,7 @@ def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
     state = _IntegerState(ints, {s.name: s.value for s in tm.graph.state
                                  if s.name.endswith(COUNTS)}, parts)
     main, sites = rewrite_step(tm.mod["main"], "main", state.parameters(tm.graph), mode,
-                               max_interval)
+                               max_interval, gradient_exponents=tm.micro_batches > 1)
     predict, _ = rewrite_step(tm.mod["predict"], "predict",
                               state.parameters(tm.predict_graph), EXACT,
                               sites=len(sites))
