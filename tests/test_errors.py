@@ -164,6 +164,20 @@ def test_int8_names_the_op_that_has_no_integer_form(tmp_path):
         ub.compile(model, (X,), Y, precision="int8", out_dir=tmp_path / "m")
 
 
+@pytest.mark.parametrize("fn, fragment", [
+    (lambda h: h + 1.0, r"<top>: aten.add.Tensor\(x, 1.0\)"),
+    # torch leaves out arguments equal to the defaults: they are filled in
+    (nn.Hardtanh(-1, 1), r"fn: aten.hardtanh\(x, -1, 1\)"),
+    (nn.Hardtanh(0, 2.5), r"fn: aten.hardtanh\(x, 0, 2.5\)"),
+], ids=["add-constant", "hardtanh", "relu6-fraction"])
+def test_int8_names_the_arguments_that_have_no_integer_form(fn, fragment, tmp_path):
+    """An op with an integer form for some arguments only: refused up front with them (a
+    constant added once raised KeyError: R.const(1.0) from the integer rewrite)."""
+    with pytest.raises(ub.UnsupportedOpError, match="no integer .NITI. form for "
+                                                    f"{fragment}.*precision='fp32'"):
+        ub.compile(Then(fn), (X,), Y, precision="int8", out_dir=tmp_path / "m")
+
+
 def test_model_that_is_not_a_model(tmp_path):
     with pytest.raises(ub.CompileError, match="torch.nn.Module, an .onnx path"):
         ub.compile(object(), (X,), Y, out_dir=tmp_path / "m")

@@ -130,6 +130,7 @@ def test_a_memory_budget_is_fitted_and_trains_the_same(tmp_path):
     fitted = ub.compile(model, (x,), y, precision="int8", optimizer=config, progress=False,
                         memory_budget=budget, out_dir=tmp_path / "fitted")
     assert fitted.memory_plan.arena_bytes <= budget < free.memory_plan.arena_bytes
+    assert fitted.memory_plan.micro_batches == 1  # the whole batch fits: its exponents kept
     run = compare_with_reference(fitted.build(), model, [(a.numpy(), b.numpy())
                                                          for a, b in batches], config)
     assert run.differences == [] and run.moved > 0

@@ -175,14 +175,6 @@ def test_bad_micro_batches_is_a_compile_error(value, tmp_path):
         ub.compile(model, (x,), y, micro_batches=value, out_dir=tmp_path / "bad")
 
 
-def test_micro_batches_with_int8_is_a_compile_error(tmp_path):
-    model, data = _data(8, steps=1)
-    with pytest.raises(ub.CompileError, match=r"micro_batches=2 is not available with "
-                                              r"precision='int8'"):
-        ub.compile(model, data[0][0], data[0][1], precision="int8", micro_batches=2,
-                   out_dir=tmp_path / "bad")
-
-
 def test_micro_batches_need_one_batch_dimension(tmp_path):
     model, data = _data(8, steps=1)
     x, y = data[0]

@@ -63,6 +63,23 @@ def test_a_batch_norm_that_cannot_be_folded_is_refused_by_name():
         fold_batch_norms(model)
 
 
+def test_the_rewrite_refuses_a_constant_operand_by_op():
+    """Past the up-front check (training/niti_ops.py), a constant an op reads is refused
+    naming the op, not a KeyError: R.const(1.0) from inside a rule."""
+    class PlusOne(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 10, bias=False)
+
+        def forward(self, x):
+            return self.fc(x.flatten(1)) + 1.0
+
+    model, x, y = PlusOne(), torch.randn(4, 1, 8, 8), torch.tensor([0, 1, 2, 3])
+    tm = build_training_module(model, (x,), y, "cross_entropy")
+    with pytest.raises(UnsupportedOpError, match=r"relax.add \(\w+\) of the constant 1.0"):
+        niti_training_module(tm, model, x, EXACT_COUNTED, 64)
+
+
 def test_the_reference_step_against_independent_pieces():
     """One step of the reference by hand: PyTorch float64 convolutions of the integer
     tensors, each narrowed to int8 by the largest magnitude's bit length (NITI's counted

@@ -18,7 +18,7 @@ from tvm import te
 
 from ubitrain.kernels.library import KernelLibrary
 from ubitrain.lowering import niti_batch_norm_kernels, niti_kernels
-from ubitrain.niti import align, batch_norm, loss, quantize, rounding, tables
+from ubitrain.niti import align, batch_norm, loss, micro_batches, quantize, rounding, tables
 from ubitrain.niti.rescale import ADAPTIVE, EXACT_COUNTED, EXPONENT, site_shift
 from ubitrain.niti.update import niti_update
 from ubitrain.project.emit import RUNTIME_C
@@ -53,6 +53,8 @@ CASES = {  # name -> (kernel, input (shape, dtype)s, attributes)
     "align_bias_one": (niti_kernels.niti_align_bias,  # one element: its stages inlined
                        [((1, 1), "int32"), ((1,), "int32"), ((1,), "int32"), ((1,), "int32"),
                         ((1,), "int32")], {}),
+    "accumulate": (niti_kernels.niti_accumulate,
+                   [((N,), "int32"), ((1,), "int32"), ((N,), "int32"), ((1,), "int32")], {}),
     **{f"update_{kind}_{n}": (niti_kernels.niti_update,
                               [((n,), dtype), ((n,), "int32"), ((1,), "float32")], {})
        for kind, dtype in (("weight", "int8"), ("bias", "int32")) for n in (N, 1)},
@@ -76,6 +78,8 @@ CASES = {  # name -> (kernel, input (shape, dtype)s, attributes)
                    [((256,), "int8"), ((256,), "int8"), ((1,), "int32"), ((ROWS, 256), "int8"),
                     ((ROWS,), "int32")], {}),
 }
+# kernels a step program calls itself, not ops of the graph: no `acc` attribute
+PROGRAM_KERNELS = (niti_kernels.niti_update, niti_kernels.niti_accumulate)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +90,7 @@ def kernels(tmp_path_factory):
     signatures = {}
     for name, (kernel, spec, attrs) in CASES.items():
         inputs = _placeholders(spec)
-        outs = kernel(*inputs, **attrs) if kernel is niti_kernels.niti_update else \
+        outs = kernel(*inputs, **attrs) if kernel in PROGRAM_KERNELS else \
             kernel(*inputs, **attrs, acc="float64")
         outs = outs if isinstance(outs, list) else [outs]
         c = library.add(te.create_prim_func(inputs + outs), f"niti_{name}")
@@ -289,6 +293,25 @@ def test_update_renormalizes_the_gradient_as_numpy(kernels, kind, n):
         np.testing.assert_array_equal(got, niti_update(param, grad, mu))
         shifted += rounding.shift_for(grad, mu + (0 if kind == "weight" else 8)) > 0
     assert 0 < shifted < TRIALS
+
+
+def test_micro_batch_gradients_add_at_the_coarser_exponent_as_numpy(kernels):
+    """niti/micro_batches.py accumulate: sums and gradients of any int32 magnitude (below
+    2^30 each, as two gradients of int8 products are) at exponents either way apart, gaps
+    past SHIFT_LIMIT included, and from an EMPTY accumulator the gradient itself."""
+    rng = np.random.default_rng(8)
+    for trial in range(TRIALS):
+        acc, grad = _int32s(rng, (N,)) >> 2, _int32s(rng, (N,)) >> 2
+        e_acc, e_grad = _exponent(rng, -60, 20), _exponent(rng, -60, 20)
+        if trial % 10 == 0:  # before the first micro-batch
+            acc, e_acc = np.zeros(N, np.int32), np.array([micro_batches.EMPTY], np.int32)
+        got, e = kernels["accumulate"](acc, e_acc, grad, e_grad)
+        want, want_e = micro_batches.accumulate(acc, int(e_acc[0]), grad, int(e_grad[0]))
+        np.testing.assert_array_equal(got, want)
+        assert e[0] == want_e
+        if e_acc[0] == micro_batches.EMPTY:
+            np.testing.assert_array_equal(got, grad)
+            assert e[0] == e_grad[0]
 
 
 def _spread_int8s(rng, shape):

@@ -4,11 +4,14 @@ the fuzzer's int8 cases make of the generated C.
 The reference (niti_reference.py, read off the model's ATen graph, each BatchNorm folded
 first as the compile folds it) gives each step's loss and integer gradients; NITI's update
 rule (niti/update.py) applied to them gives the parameters the C must hold after the step,
-bit for bit; predict's output after the last step must be the reference's too.
+bit for bit; predict's output after the last step must be the reference's too. A compile
+with micro-batches is checked against the same reference over as many micro-batches
+(niti_micro_batches.py).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +21,9 @@ from ..niti import channel_exponents
 from ..niti.rescale import ADAPTIVE, EXACT_COUNTED, SKIPS
 from ..niti.update import niti_update
 from ..training.batch_norm_folding import batch_norms, fold_batch_norms
+from .niti_micro_batches import MicroBatchedReference
 from .niti_reference import NitiGraphReference
+from .niti_sparse import trained_rows, update_rows
 
 LOSS_TOLERANCE = 1e-6  # the loss is float maths on both sides (log-sum-exp), not integers
 
@@ -30,17 +35,20 @@ class NitiComparison:
     skipped: int = 0  # shift reductions the reference's adaptive sites skipped
 
 
-def compare_with_reference(trainer, model, batches, config,
-                           first_step: int = 0) -> NitiComparison:
+def compare_with_reference(trainer, model, batches, config, first_step: int = 0,
+                           trainable=None) -> NitiComparison:
     """Train `trainer` (an int8 compile of `model` with its rescale sites fresh, `first_step`
     steps done) on `batches` of (x, labels) beside the reference with `config` (ub.NITI),
-    from the trainer's parameters; stop at the first step that differs."""
+    from the trainer's parameters; stop at the first step that differs. `trainable`: the
+    compile's, read for the rows a SparseUpdate trains by channels (niti_sparse.py)."""
     integer_norms = trainer.package.config.batch_norm == "integer"  # as the compile chose
     if not integer_norms:
         model = fold_batch_norms(model)  # what the compile trains
     mode = ADAPTIVE if config.adaptive_rescale else EXACT_COUNTED
     example = torch.as_tensor(np.asarray(batches[0][0]))
-    reference = NitiGraphReference(model, example, mode, config.max_interval)
+    k = trainer.package.memory_plan.micro_batches
+    reference = NitiGraphReference(model, example, mode, config.max_interval) if k == 1 \
+        else MicroBatchedReference(model, example, k, mode, config.max_interval)
     norms = batch_norms(model) if integer_norms else []
     statistics = [f"{owner}.{s}" for owner in norms for s in ("running_mean", "running_var")]
     if norms:  # the integer BatchNorms' running statistics, from the trainer's
@@ -53,14 +61,25 @@ def compare_with_reference(trainer, model, batches, config,
     state = trainer.int8_parameters()
     names = [n for n, _ in model.named_parameters()]
     trained = set(trainer.package.trainable)  # a frozen parameter keeps its values
-    params = {n: (state[n], _exponent(state[f"{n}.exponent"])) for n in names}
+    rows = trained_rows(model, trainable)  # a weight trained by channels: its first rows
     out = NitiComparison()
+    parts = sorted(n for n in trained if "[" in n)
+    if parts != sorted(f"{n}[0:{k}]" for n, k in rows.items()):
+        out.differences.append(f"the compile trains the parts {parts}; the reference the first "
+                               f"rows {rows}")
+        return out
+    params = {n: (state[n], _exponent(state[f"{n}.exponent"])) for n in names}
     for step, (x, y) in enumerate(batches):
         x, y = np.asarray(x), np.asarray(y)
         loss = trainer.step(x, y)
         want_loss, grads = reference.step(x, y, params)
-        params = {n: (_updated(v, grads[n], e, config.mu_at(first_step + step))
-                      if n in trained else v, e) for n, (v, e) in params.items()}
+        mu = config.mu_at(first_step + step)
+        for n, (v, e) in params.items():
+            if n in trained:
+                params[n] = (_updated(v, grads[n], e, mu), e)
+            elif n in rows:
+                update = functools.partial(_updated, exponent=e, mu=mu)
+                params[n] = (update_rows(update, v, grads[n], rows[n]), e)
         got = trainer.int8_parameters()
         out.differences += [f"step {step}: {n} differs in {int((got[n] != params[n][0]).sum())}"
                             f" of {got[n].size} elements" for n in names

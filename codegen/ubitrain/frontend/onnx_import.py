@@ -413,7 +413,7 @@ def check_opsets(model) -> dict[str, int]:
     return opsets
 
 
-def _node_label(node) -> str:
+def node_label(node) -> str:
     return node.name or (node.output[0] if node.output else node.op_type)
 
 
@@ -423,7 +423,7 @@ def check_supported_onnx(graph, opsets: dict[str, int]) -> None:
 
     problems = []
     for n in graph.node:
-        where = f"node {_node_label(n)!r}"
+        where = f"node {node_label(n)!r}"
         if n.domain not in ("", "ai.onnx"):
             problems.append(f"{where}: op {n.op_type} of domain {n.domain!r} is not supported "
                             "(only ONNX's own ops)")
@@ -511,7 +511,7 @@ def import_onnx(model, example_inputs: tuple, training: bool, extend=None,
     def body():
         updates, statistics = {}, set()  # new running stats, by buffer and by output name
         for node in graph.node:
-            ctx.where = f"node {_node_label(node)!r} ({node.op_type})"
+            ctx.where = f"node {node_label(node)!r} ({node.op_type})"
             undefined = [i for i in node.input if i and i not in env]
             if undefined:
                 raise CompileError(f"{ctx.where} reads {', '.join(map(repr, undefined))}, "

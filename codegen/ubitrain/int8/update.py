@@ -98,7 +98,8 @@ class NITI:
         return [f"(float)({code})"]
 
     def update_inputs(self, name: str, state: dict) -> list:
-        """A weight with an exponent per channel: the update reads them."""
+        """A weight with an exponent per channel: the update reads them. `name`: the weight's
+        (a part trained by channels holds its first rows, so its channel c is the weight's)."""
         exponent = state.get(f"{name}.exponent")
         return [exponent] if exponent is not None and exponent.shape != (1,) else []
 

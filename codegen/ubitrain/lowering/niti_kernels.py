@@ -15,6 +15,7 @@ from tvm import te, tirx
 
 from ..niti.align import ALIGN_BITS, BIAS_BITS
 from ..niti.loss import ERROR_SHIFT, GRAD_FRACTION_BITS, LOG2E_Q15, TOP_EXPONENT
+from ..niti.micro_batches import SHIFT_LIMIT
 from ..niti.rescale import ADAPTIVE, COUNTDOWN, EXACT, EXPONENT, INTERVAL, REDUCTIONS, SHIFT, SKIPS
 from ..niti.rounding import LOWEST_BOUND_EXPONENT
 from ..niti.tables import E_HI, E_LO
@@ -336,23 +337,32 @@ def _coarsest(e, name: str):
     return te.compute((1,), lambda i: te.max(e[k], axis=k), name=name)
 
 
-def niti_to_coarsest(total, e, axis: int, acc: str):
+def niti_to_coarsest(total, e, axis: int, acc: str, start: int = 0):
     """niti/channel_exponents.py to_coarsest: channel c (along `axis`) of an int32
-    accumulator RoundShift'ed by max(e) - e[c] (never wider: it stays int32); (the total, the
-    coarsest exponent (1,))."""
+    accumulator RoundShift'ed by max(e) - e[start + c] (never wider: it stays int32); (the
+    total, the coarsest exponent (1,)). `start` > 0: a product by the weight's rows from
+    `start` on, `e` the whole weight's (ops/niti.py)."""
     top = _coarsest(e, "coarsest")
     out = te.compute(total.shape, lambda *i: round_shift(
-        total(*i).astype(I64), top[0] - e[i[axis]]).astype(I32), name="to_coarsest")
+        total(*i).astype(I64), top[0] - e[_channel(i[axis], start)]).astype(I32),
+        name="to_coarsest")
     return [out, top]
 
 
-def niti_weight_at_coarsest(q, e, acc: str):
+def niti_weight_at_coarsest(q, e, acc: str, start: int = 0):
     """An int8 weight with an exponent per output channel (axis 0) at the coarsest one, for
-    the backward: (int8 values, the coarsest exponent (1,))."""
+    the backward: (int8 values, the coarsest exponent (1,)); `start` as niti_to_coarsest's."""
     top = _coarsest(e, "weight_coarsest")
     out = te.compute(q.shape, lambda *i: clip8(round_shift(
-        q(*i).astype(I64), top[0] - e[i[0]])).astype("int8"), name="weight_at_coarsest")
+        q(*i).astype(I64), top[0] - e[_channel(i[0], start)])).astype("int8"),
+        name="weight_at_coarsest")
     return [out, top]
+
+
+def _channel(c, start: int):
+    """The whole weight's channel of a part's channel c (no `+ 0`: a whole weight's kernels
+    print as before)."""
+    return c + start if start else c
 
 
 def _finer_than_coarsest(e):
@@ -387,6 +397,23 @@ def niti_update(param, grad, mu, exponents=None):
         return tirx.max(tirx.min(new, i64(2**31 - 1)), i64(-2**31 + 1)).astype(I32)
 
     return te.compute(param.shape, rule, name="niti_update")
+
+
+def niti_accumulate(acc, e_acc, grad, e_grad):
+    """One micro-batch's int32 gradient at exponent e_grad added to the running sum `acc`
+    at e_acc (niti/micro_batches.py accumulate): (the sum, its exponent), each written over
+    its input. Both outputs read the gap, a stage of its own, not e_acc: whichever is
+    stored first, the other sees the old exponent."""
+    gap = te.compute((), lambda: e_grad[0] - e_acc[0], name="acc_gap", attrs={KEEP_STAGE: 1})
+
+    def shifted(x, s):
+        return round_shift(x.astype(I64), tirx.min(tirx.max(s, i32(0)), i32(SHIFT_LIMIT)))
+
+    total = te.compute(acc.shape, lambda *i: (shifted(acc(*i), gap())
+                                              + shifted(grad(*i), -gap())).astype(I32),
+                       name="acc_sum")
+    e = te.compute((1,), lambda i: e_grad[0] - tirx.min(gap(), i32(0)), name="acc_e")
+    return [total, e]
 
 
 def _table_entry(q, e, values, exponents, name: str):

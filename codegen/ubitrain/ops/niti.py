@@ -75,15 +75,25 @@ def align_bias(total, exponents, bias, bias_exponent):
                       [total.ty, EXPONENT_TYPE])
 
 
-def to_coarsest(total, e, axis: int):
+def to_coarsest(total, e, axis: int, start: int = 0):
     """An accumulator whose channels along `axis` sit at per-channel weight exponents `e`,
-    at the coarsest of them (niti/channel_exponents.py): (int32 total, (1,) exponent)."""
-    return fused_call("niti_to_coarsest", [total, e], [total.ty, EXPONENT_TYPE], axis=axis)
+    at the coarsest of them (niti/channel_exponents.py): (int32 total, (1,) exponent).
+    `start`: the product is by a part of the weight (its rows from `start` on,
+    training/channel_split.py) and `e` the whole weight's: channel c is the weight's
+    start + c, the coarsest the whole weight's."""
+    return fused_call("niti_to_coarsest", [total, e], [total.ty, EXPONENT_TYPE], axis=axis,
+                      **_from(start))
 
 
-def weight_at_coarsest(q, e):
-    """An int8 weight with per-channel exponents at the coarsest one: (int8, (1,))."""
-    return fused_call("niti_weight_at_coarsest", [q, e], [q.ty, EXPONENT_TYPE])
+def weight_at_coarsest(q, e, start: int = 0):
+    """An int8 weight with per-channel exponents at the coarsest one: (int8, (1,)); `start`
+    as to_coarsest's."""
+    return fused_call("niti_weight_at_coarsest", [q, e], [q.ty, EXPONENT_TYPE], **_from(start))
+
+
+def _from(start: int) -> dict:
+    """The attribute only where it is set: a whole weight's kernels keep their names."""
+    return {"start": start} if start else {}
 
 
 def int8_bound(e, value: int):

@@ -154,14 +154,15 @@ def walk_train(unit):
         unit.mod, unit.tm, unit.library, unit.state, unit.parts, unit.step_io)
 
 
-def micro_batch_loop(unit):
+def micro_batch_loop(unit, sums=None):
+    """`sums`: how the gradients add up (program/micro_batch.py loop_calls; the mean)."""
     if unit.micro_batches == 1:
         return
     state = unit.state
     unit.calls, unit.grads, unit.loss = loop_calls(
         unit.calls, unit.grads, unit.loss, unit.micro_batches,
         zip(unit.step_io, unit.inputs + [unit.labels]), unit.library,
-        [(unit.shadows[n], state[n]) for n in unit.shadows])
+        [(unit.shadows[n], state[n]) for n in unit.shadows], sums)
 
 
 def add_optimizer_updates(unit):

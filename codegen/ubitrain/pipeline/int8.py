@@ -14,6 +14,8 @@ Lowering:
       fuse_kernels *      elementwise chains fused
     state_slots           integer parameters, their exponents, the rescale sites
     train_calls           the training function walked into calls
+    micro_batch_loop      with k > 1, the calls as a loop body whose gradients add up at
+                          one exponent (program/niti_micro_batch.py)
     optimizer_updates     NITI's update per trained parameter
       early_updates *     each update right after its last use
     finish_train          the train_step program
@@ -24,7 +26,7 @@ Lowering:
                             per-channel weight at its coarsest exponent, for the backward)
     plan_memory           one arena
 Finishing:
-    fit_memory_budget     recompute or page to fit a budget (one micro-batch)
+    fit_memory_budget     recompute, page or micro-batch to fit a budget
     dsp_placement         on a DSP target: each call on the DSP or the CPU
                           (offload/placement.py)
     check_board           as fp32.py's
@@ -51,10 +53,17 @@ from ..niti.rescale import ADAPTIVE, EXACT_COUNTED
 from ..offload.placement import cycles, place
 from ..offload.split import split_step
 from ..ops.table_activation import TABLE_CONVERTERS
+from ..program.niti_micro_batch import aligned_sums
 from ..project.manifest import write_manifest
-from ..training.batch_norm_folding import batch_norm_mode, fold_batch_norms, weight_exponents_mode
+from ..training.batch_coupling import one_batch_dimension, warn_integer_micro_batches
+from ..training.batch_norm_folding import (
+    batch_norm_mode,
+    batch_norms,
+    fold_batch_norms,
+    weight_exponents_mode,
+)
 from ..training.niti_module import niti_training_module
-from ..training.niti_ops import check_integer_ops
+from ..training.niti_ops import check_integer_onnx_ops, check_integer_ops
 from . import fp32
 from .steps import Pipeline, Rewrite, Step
 
@@ -81,6 +90,8 @@ def integer_ops(unit):
     r = unit.request
     if isinstance(r.model, torch.nn.Module):
         check_integer_ops(r.model, r.example_inputs, r.optimizer.batch_norm == "integer")
+    else:  # an ONNX model (api.py admits no other)
+        check_integer_onnx_ops(r.model)
 
 
 def niti_graph(unit):
@@ -98,6 +109,10 @@ def niti_graph(unit):
         raise CompileError(f"NITI(dsp_offload=True) splits the step between a CPU and a DSP; "
                            f"target {unit.target.name!r} has no DSP: use a DSP target such as "
                            "'hexagon-v66'")
+    if config.dsp_offload and unit.micro_batches > 1:  # the split cuts a flat call list
+        raise CompileError(f"NITI(dsp_offload=True) splits a step without micro-batches; "
+                           f"micro_batches={unit.micro_batches} makes a loop of it: use "
+                           "micro_batches=None or 1, or dsp_offload=False")
     if not unit.tm.trainable:
         names = ", ".join(s.name for s in unit.tm.graph.state if s.is_parameter)
         raise CompileError(f"trainable={r.trainable!r} selects no parameter to train, and "
@@ -111,14 +126,30 @@ def niti_graph(unit):
                                    config.weight_exponents == "channel")
 
 
+def micro_batch_loop(unit):
+    """fp32's loop, the gradients summed at one exponent (niti/micro_batches.py). The
+    rescale sites are buffers the step updates, so the loop runs them through shadows as
+    BatchNorm's statistics: each micro-batch reads the sites as the one before left them."""
+    fp32.micro_batch_loop(unit, aligned_sums)
+
+
 def fit_memory_budget(unit):
-    """fp32's fit at one micro-batch (the integer step has no gradient accumulation yet).
-    A recomputed call reads the rescale sites as they were at the start of the step (their
-    new values are copied back at its end), so it rescales as the first run did."""
+    """fp32's fit: keep, recompute, page or micro-batch. Micro-batches change the integer
+    step (each takes its own exponents), so, as for a model with BatchNorm in fp32, k > 1 is
+    tried only when no plan of the whole batch fits, and then the smallest k that fits. A
+    recomputed call reads the rescale sites as they were at the start of its (micro-)batch
+    (their new values are copied back at its end), so it rescales as the first run did."""
     r = unit.request
     if r.memory_budget is not None:
-        unit.train, unit.plan = fit_micro_batched(unit, unit.lower, r.memory_budget, r.target,
-                                                  r.batch, forced=1)[1:]
+        unit, unit.train, unit.plan = fit_micro_batched(
+            unit, unit.lower, r.memory_budget, r.target, r.batch, r.micro_batches,
+            coupled=True, splittable=one_batch_dimension(r.example_inputs, r.labels))
+    model = unit.request.model
+    integer = unit.request.optimizer.batch_norm == "integer" and isinstance(
+        model, torch.nn.Module)
+    warn_integer_micro_batches(unit.micro_batches, r.batch,
+                               batch_norms(model) if integer else [])
+    return unit
 
 
 def dsp_placement(unit):
@@ -151,7 +182,8 @@ def package(unit):
         classes=unit.output.shape[-1], trainable=tm.trainable,
         programs=programs, kernel_count=len(unit.library.kernels),
         frozen_in_flash=list(unit.frozen), skipped_passes=dict(unit.skipped),
-        config=r.optimizer, integer_parameters=[s.name for s in tm.graph.state if s.is_parameter],
+        config=r.optimizer, integer_parameters=[s.name for s in tm.predict_graph.state
+                                                     if s.is_parameter],  # weights whole
         pages=fp32.paged_tensors(unit), placement=unit.placement,
         segments=split.segments if split else None,
         overlaps=split.overlaps if split else None)
@@ -168,9 +200,6 @@ def checked_optimizer(optimizer):
 
 
 def check_options(loss, micro_batches):
-    if micro_batches not in (None, 1):
-        raise CompileError(f"micro_batches={micro_batches!r} is not available with "
-                           "precision='int8'; use precision='fp32' or micro_batches=None")
     if loss != "cross_entropy":
         raise CompileError(f"precision='int8' trains with NITI's integer softmax cross-entropy; "
                            f"loss={loss!r} has no integer form: use loss='cross_entropy'")
@@ -201,6 +230,9 @@ INT8 = Pipeline(
              "sites as slots (program/state_slots.py)"),
         Step("train_calls", fp32.walk_train, "the training function walked into calls "
              "(program/train_step.py)"),
+        Step("micro_batch_loop", micro_batch_loop, "with k > 1 micro-batches, the calls as a "
+             "loop body whose int32 gradients add up at one exponent "
+             "(program/niti_micro_batch.py)"),
         Step("optimizer_updates", fp32.add_optimizer_updates, "NITI's update per trained "
              "parameter (program/optimizer_update.py)"),
         Rewrite("early_updates", fp32.updates_early, "each update right after the last use "
@@ -221,8 +253,8 @@ INT8 = Pipeline(
         Step("plan_memory", fp32.memory_plan, "one arena (memory/plan.py)", phase=fp32.PLAN),
     ),
     finishing=(
-        Step("fit_memory_budget", fit_memory_budget, "keep, recompute or page to fit a budget "
-             "(memory/budget.py); one micro-batch"),
+        Step("fit_memory_budget", fit_memory_budget, "keep, recompute, page or micro-batch to "
+             "fit a budget (memory/budget.py, memory/micro_batching.py)"),
         Step("dsp_placement", dsp_placement, "on a DSP target: each call of the step on the "
              "DSP or the CPU (offload/placement.py)"),
         Step("check_board", fp32.check_board, "the plan against the board's SRAM and flash "

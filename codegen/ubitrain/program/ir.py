@@ -20,6 +20,7 @@ EXTERNAL_KINDS = ("input", "label", "output")
 # Kinds planned per program over their lifetimes ("accumulator": a gradient summed over
 # micro-batches, program/micro_batch.py).
 TRANSIENT_KINDS = ("activation", "gradient", "mask", "scratch", "accumulator")
+LOOP_END = "ub_micro_batch_end"  # the last call of a micro-batch loop (program/micro_batch.py)
 
 
 def dtype_bytes(dtype: str) -> int:
@@ -124,13 +125,20 @@ class Program:
         return order
 
     def lifetimes(self) -> dict[Slot, tuple[int, int]]:
-        """[first, last] call index of every transient root slot."""
+        """[first, last] call index of every transient root slot. An accumulator carries its
+        value from one micro-batch to the next, so it lives at least to the loop's end, even
+        when no call after the loop reads it (int8's gradient exponents)."""
         spans: dict[Slot, list[int]] = {}
+        loop_end = None
         for i, call in enumerate(self.calls):
+            loop_end = i if call.kernel == LOOP_END else loop_end
             used = call.args + ([call.scratch] if call.scratch else [])
             for s in used:
                 r = s.root
                 if r.kind in TRANSIENT_KINDS:
                     span = spans.setdefault(r, [i, i])
                     span[1] = i
+        for s, span in spans.items():
+            if s.kind == "accumulator" and loop_end is not None:
+                span[1] = max(span[1], loop_end)
         return {s: (a, b) for s, (a, b) in spans.items()}

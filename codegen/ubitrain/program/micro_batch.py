@@ -15,10 +15,12 @@ the rows of its input and output, which nothing couples in evaluation mode):
 
 With a mean loss every micro-batch's loss and gradients are means over B/k samples, so the
 average of the k of them is the full-batch mean (the scale 1/k is exact when k is a power of
-two). The early in-place update of the plain step is impossible here: a parameter is read
+two); int8's integer gradients add up at one exponent instead (program/niti_micro_batch.py).
+The early in-place update of the plain step is impossible here: a parameter is read
 by every micro-batch. The accumulators ("accumulator" slots, one per trained parameter)
-are the price; they live from the zeroing to the update, so the arena planner keeps them
-through the whole loop, and program/remat.py never pages or recomputes them. Everything
+are the price; they live from the zeroing to the update (and to the loop's end at least:
+Program.lifetimes), so the arena planner keeps them through the whole loop, and
+program/remat.py never pages or recomputes them. Everything
 else in the body lives within one iteration, so the lifetimes of the flat call list are the
 lifetimes of every iteration. BatchNorm's running statistics are updated by every
 micro-batch, in a shadow copy ("accumulator" too) that goes back to the state after the
@@ -31,9 +33,9 @@ from __future__ import annotations
 import numpy as np
 from tvm import te
 
-from .ir import Call, Program, Slot, users
+from .ir import LOOP_END, Call, Program, Slot, users
 
-BEGIN, END, ZERO = "ub_micro_batch_begin", "ub_micro_batch_end", "ub_zero"
+BEGIN, END, ZERO = "ub_micro_batch_begin", LOOP_END, "ub_zero"
 
 
 def micro_slices(full: list[Slot], micro_shapes: list[tuple]) -> list[Slot]:
@@ -55,25 +57,33 @@ def shadow_of(buffer: Slot) -> Slot:
 
 
 def loop_calls(body: list[Call], grads: list, loss: Slot | None, count: int, slices,
-               library, shadows=()):
+               library, shadows=(), sums=None):
     """(the calls of the whole step before the optimizer update, the accumulated gradients,
     the accumulated loss). `slices`: (micro-batch slot, full slot) pairs; `shadows`:
     (shadow, state buffer) pairs, copied in before the loop and back after it. Without a
-    loss (predict) the body only runs over the slices."""
-    accs = [Slot(f"{g.root.name}_acc", g.shape, g.dtype, "accumulator") for g in grads]
+    loss (predict) the body only runs over the slices. `sums(grads, library, scale)`: how
+    the gradients add up, (accumulators, calls before the loop, one add per gradient); by
+    default their mean (`mean_of_gradients`; int8 sums at one exponent instead)."""
     scale = Slot("micro_batch_scale", (), "float32", "constant",
                  np.array(1.0 / count, dtype="float32"))
-    adds = [_accumulate(acc, g, scale, library) for acc, g in zip(accs, grads)]
-    body = _after_last_use(list(body), adds, [g.root for g in grads])
+    accs, inits, adds = (sums or mean_of_gradients)(grads, library, scale)
+    body = _after_last_use(list(body), adds)
     loss_acc = None if loss is None else Slot("loss_acc", loss.shape, loss.dtype, "accumulator")
     if loss is not None:
         body.append(_accumulate(loss_acc, loss, scale, library))
-    zeros = [Call(ZERO, [s], [0], builtin=True) for s in accs + [loss_acc] if s is not None]
+    zeros = inits + ([Call(ZERO, [loss_acc], [0], builtin=True)] if loss_acc else [])
     begin = Call(BEGIN, [], [], builtin=True, attrs={"count": count, "slices": list(slices)})
     end = Call(END, [], [], builtin=True)
     shadow_in = [Call("ub_copy", [state, shadow], [1], builtin=True) for shadow, state in shadows]
     shadow_out = [Call("ub_copy", [shadow, state], [1], builtin=True) for shadow, state in shadows]
     return zeros + shadow_in + [begin] + body + [end] + shadow_out, accs, loss_acc
+
+
+def mean_of_gradients(grads: list[Slot], library, scale: Slot):
+    """acc_p += grad_p * scale (1/k) into an accumulator zeroed before the loop."""
+    accs = [Slot(f"{g.root.name}_acc", g.shape, g.dtype, "accumulator") for g in grads]
+    return (accs, [Call(ZERO, [a], [0], builtin=True) for a in accs],
+            [_accumulate(acc, g, scale, library) for acc, g in zip(accs, grads)])
 
 
 def _accumulate(acc: Slot, value: Slot, scale: Slot, library) -> Call:
@@ -86,9 +96,10 @@ def _accumulate(acc: Slot, value: Slot, scale: Slot, library) -> Call:
     return Call(kernel.name, [acc, value, scale, acc], sorted(kernel.written))
 
 
-def _after_last_use(calls: list[Call], adds: list[Call], roots: list) -> list[Call]:
-    for add, root in zip(adds, roots):
-        last = max(users(calls, root))
+def _after_last_use(calls: list[Call], adds: list[Call]) -> list[Call]:
+    """Each add right after the last call of the body that passes what it reads."""
+    for add in adds:
+        last = max(i for slot in add.reads for i in users(calls, slot))
         calls.insert(last + 1, add)
     return calls
 

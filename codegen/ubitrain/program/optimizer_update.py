@@ -28,8 +28,10 @@ def optimizer_calls(tm, optimizer, library, state, parts, opt_state, grads):
     updates = []
     for name, grad in zip(tm.trainable, grads):
         param, states = parts.get(name) or state[name], opt_state[name]
-        # what else the rule reads (NITI: a weight's exponents per channel)
-        inputs = getattr(optimizer, "update_inputs", lambda n, s: [])(name, state)
+        # what else the rule reads (NITI: a weight's exponents per channel), by the name of
+        # the weight a part trained by channels belongs to
+        owner = param.view_of.label if param.view_of is not None else name
+        inputs = getattr(optimizer, "update_inputs", lambda n, s: [])(owner, state)
         func = update_prim_func(optimizer, param.shape, len(states), coef, param.dtype,
                                 grad.dtype, inputs)
         # In place: the new parameter and state overwrite the old, element by element.

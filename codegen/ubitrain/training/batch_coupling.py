@@ -111,6 +111,26 @@ def warn_batch_coupled(layers: list[str], k: int, batch: int) -> None:
         f"that fits without micro-batching (or micro_batches=1) keeps the whole batch.")
 
 
+def warn_integer_micro_batches(k: int, batch: int, norms: list[str]) -> None:
+    """Warn what micro-batches of batch / k samples change in an int8 (NITI) step
+    (niti/micro_batches.py): every tensor's exponent is a maximum over its batch, so every
+    int8 model couples its samples; `norms`: its integer BatchNorms (batch statistics)."""
+    if k <= 1:
+        return
+    shown = ", ".join(norms[:4]) + (", ..." if len(norms) > 4 else "")
+    coupled = (f"; integer BatchNorm ({shown}) normalises with the statistics of each "
+               f"micro-batch and updates its running statistics {k} times per step"
+               if norms else "")
+    warn(
+        f"micro-batching: the int8 step runs {k} micro-batches of {batch // k} samples, so "
+        f"NITI takes every exponent (the input's quantization, each activation's and error's "
+        f"narrowing) from the maximum over one micro-batch, not the batch of {batch}, and "
+        f"adds the micro-batches' int32 gradients at the coarsest of their exponents "
+        f"(RoundShift) before its update{coupled}; predict quantizes each micro-batch's rows "
+        f"on their own. Training differs from full-batch int8 training. A memory_budget that "
+        f"fits without micro-batching (or micro_batches=1) keeps the whole batch.")
+
+
 def one_batch_dimension(example_inputs, labels) -> bool:
     """Every input and the labels have the same batch as dimension 0 (what k > 1 splits)."""
     tensors = list(example_inputs) + [labels]

@@ -11,6 +11,8 @@ Each output element is computed by the same reduction as before, so the forward 
 unchanged. Relax's Gradient pass is then asked for the trained part only: the weight
 gradient is computed for k channels, never for O. Both parts are views into the one
 parameter buffer (program/build.py), so the C API and checkpoints still see `W` whole.
+precision="int8" keeps this split; its rewrite joins the parts' integer products as the
+unsplit layer's (training/niti_part_rules.py).
 """
 
 from __future__ import annotations

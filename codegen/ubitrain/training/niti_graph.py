@@ -28,7 +28,10 @@ niti_table_rules.py.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+import tvm
 from tvm import relax
 from tvm.relax import op as R
 
@@ -51,6 +54,21 @@ from .niti_values import (
 )
 
 
+class ConstantOperand(Exception):
+    """An op of the float graph reads a constant: no integer form (NITI's ops read int8 or
+    int32 tensors with exponents), and the rule asking for one does not know which op."""
+
+
+class Forms(dict):
+    """Each float var's integer form. A constant has none: asked for one, it raises
+    ConstantOperand, which `Rewriter.visit` refuses naming the op, not a bare KeyError."""
+
+    def __missing__(self, key):
+        if isinstance(key, tvm.ir.Constant):
+            raise ConstantOperand(key)
+        raise KeyError(key)
+
+
 def _moved(value):
     """A buffer's new value as the step returns it (a count is kept as a Parameter)."""
     return value.var if isinstance(value, Parameter) else value
@@ -63,7 +81,7 @@ class Rewriter:
     def __init__(self, func: relax.Function, mode: int, max_interval: int):
         self.func, self.mode, self.max_interval = func, mode, max_interval
         self.bb = relax.BlockBuilder()
-        self.env: dict = {}  # float var -> its integer form
+        self.env = Forms()  # float var -> its integer form
         self.narrowed: dict[int, Quantized] = {}  # id(Accumulator) -> its int8 form
         self.kept: list = []  # each narrowed Accumulator, alive: its id is not reused
         self.sites: list[tuple[str, relax.Var]] = []
@@ -119,7 +137,8 @@ class Rewriter:
             if value.channel_axis != 0:
                 raise UnsupportedOpError(f"precision='int8': {where} reads {value.name} "
                                          "moved off its output-channel axis")
-            out = self.emit(niti.weight_at_coarsest(value.var, value.e))
+            start = value.part.start if value.part else 0  # a part: e is the whole's
+            out = self.emit(niti.weight_at_coarsest(value.var, value.e, start))
             return self.emit(relax.TupleGetItem(out, 0)), [
                 self.emit(relax.TupleGetItem(out, 1))]
         q = self.quantized(value, where)
@@ -136,24 +155,30 @@ class Rewriter:
             first, *moved = first.fields
             buffers = [_moved(self.env[b]) for b in moved]
         loss = self.env[first]
-        grads = []
+        grads = []  # (int32 gradient, its exponent)
         for adjoint in fields[1].fields:
             value = self.env[adjoint]
             if isinstance(value, ZeroGradient):  # NITI's update leaves the parameter as it is
-                grads.append(self.emit(relax.op.zeros(value.shape, INT32)))
+                grads.append((self.emit(relax.op.zeros(value.shape, INT32)),
+                              self.zero_exponent))
             elif isinstance(value, Accumulator) and (value.error_sum or len(shape_of(value.total))
                                                    > 1):
-                grads.append(value.total)  # a weight's (products) or a bias's (error sum)
+                # a weight's (products) or a bias's (error sum)
+                grads.append((value.total, self.exponent_of(value)))
             elif isinstance(value, (Accumulator, Quantized)) and len(shape_of(
                     value.total if isinstance(value, Accumulator) else value.q)) == 1:
                 # a bias's gradient whose sum Relax left out (one term: batch 1, one pixel):
                 # the error itself, narrowed as every error is
                 q = self.quantized(value, "a bias gradient")
-                grads.append(self.emit(R.astype(q.q, INT32)))
+                grads.append((self.emit(R.astype(q.q, INT32)), q.e))
             else:
                 raise UnsupportedOpError("precision='int8': a gradient that is not an "
                                          "integer sum")
         return loss, buffers, grads
+
+    def exponent_of(self, acc: Accumulator) -> relax.Expr:
+        """An accumulator's exponent as one (1,) tensor: the sum of its parts."""
+        return functools.reduce(lambda a, b: self.emit(R.add(a, b)), acc.exponents)
 
     def visit(self, binding):
         value = binding.value
@@ -167,14 +192,21 @@ class Rewriter:
             raise UnsupportedOpError(f"precision='int8': {binding.var.name} is a "
                                      f"{type(value).__name__}")
         fused = fused_op_of(value)
-        if fused is not None:
-            return self.fused(value, *fused)
-        op = value.op.name
-        rule = RULES.get(op)
-        if rule is None:
-            raise UnsupportedOpError(f"precision='int8': no integer (NITI) form for {op} "
-                                     f"({binding.var.name})")
-        return rule(self, value, binding.var.name)
+        op = fused[0] if fused is not None else value.op.name
+        try:
+            if fused is not None:
+                return self.fused(value, *fused)
+            rule = RULES.get(op)
+            if rule is None:
+                raise UnsupportedOpError(f"precision='int8': no integer (NITI) form for {op} "
+                                         f"({binding.var.name})")
+            return rule(self, value, binding.var.name)
+        except ConstantOperand as c:
+            value = c.args[0].value.numpy()
+            shown = value.tolist() if value.size <= 4 else f"of shape {list(value.shape)}"
+            raise UnsupportedOpError(
+                f"precision='int8': no integer (NITI) form for {op} ({binding.var.name}) of "
+                f"the constant {shown}: NITI's integer ops take no constant operand") from None
 
     def fused(self, call, op, attrs=None):
         args = [self.env.get(a, a) for a in call.args[1].fields]  # or a constant
@@ -196,8 +228,20 @@ class Rewriter:
         raise UnsupportedOpError(f"precision='int8': no integer (NITI) form for {op}")
 
 
+def state_params(parameters) -> list[relax.Var]:
+    """Each parameter's values, then its exponent where no earlier one gave it: the parts of
+    a weight split by channels share the weight's (niti_module.py orders the state so)."""
+    out = []
+    for p in parameters:
+        out.append(p.var)
+        if p.e is not None and not any(p.e.same_as(v) for v in out):
+            out.append(p.e)
+    return out
+
+
 def rewrite_step(func: relax.Function, name: str, parameters: dict[str, Parameter], mode: int,
-                 max_interval: int = 1, sites: int | None = None):
+                 max_interval: int = 1, sites: int | None = None,
+                 gradient_exponents: bool = False):
     """`func` (the training function, or with mode EXACT the predict function) on integers,
     as the function `name`.
 
@@ -205,7 +249,8 @@ def rewrite_step(func: relax.Function, name: str, parameters: dict[str, Paramete
     function takes the other parameters (inputs, labels) as they were, then each parameter's
     values and exponent, then the rescale sites (`sites` of them for predict, which reads
     none); the training function returns ((loss, new sites...), (int32 gradients...)),
-    predict the logits as float32. Returns (function, the sites' names, in order)."""
+    each gradient a (gradient, (1,) exponent) pair with `gradient_exponents`, predict the
+    logits as float32. Returns (function, the sites' names, in order)."""
     rw = Rewriter(func, mode, max_interval)
     bb = rw.bb
     inputs = [relax.Var(p.name, p.ty) for p in func.params if p.name not in parameters]
@@ -231,12 +276,15 @@ def rewrite_step(func: relax.Function, name: str, parameters: dict[str, Paramete
                 result = bb.emit_output(niti.dequantize(logits.q, logits.e))
             else:
                 loss, buffers, grads = rw.outputs()
+                # with micro-batches each gradient goes with its exponent, to be added to the
+                # others' at one exponent (program/niti_micro_batch.py); alone, NITI's update
+                # does not read it
+                grads = [relax.Tuple([g, e]) if gradient_exponents else g for g, e in grads]
                 result = bb.emit_output(relax.Tuple([relax.Tuple([loss, *buffers,
                                                                   *rw.new_sites]),
                                                      relax.Tuple(grads)]))
         site_vars = [s for _, s in rw.sites] if sites is None else [
             relax.Var(f"site{i}", niti.SITE_TYPE) for i in range(sites)]
-        params = inputs + [v for p in parameters.values() for v in (p.var, p.e)
-                           if v is not None]
+        params = inputs + state_params(parameters.values())
         bb.emit_func_output(result, params=params + site_vars)
     return bb.get()[name], [w for w, _ in rw.sites]

@@ -6,6 +6,12 @@ bias at its layer's accumulator exponent - BIAS_FRACTION_BITS) followed by its e
 (int32 (1,), fixed: NITI keeps a weight's scale), then the rescale sites (int32[6] each, the
 buffers the step returns updated). The accumulator exponent of a layer is its weight's plus
 its input's, the input's taken from the float model on the example batch.
+
+A weight that trains in part (SparseUpdate(channels=...), training/channel_split.py) is
+quantized whole, as the unsplit layer's would be; the training function holds it as its two
+parts (the trained rows, then the frozen ones), each the weight's rows at the weight's one
+exponent (per tensor or per channel), which follows the first part. Predict holds it whole.
+The rewrite (niti_part_rules.py) makes the split layer compute the unsplit one's numbers.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import tvm
 from tvm import relax
 
 from ..errors import UnsupportedOpError
-from ..frontend.forward import StateTensor
+from ..frontend.forward import StateTensor, c_name
 from ..niti import batch_norm
 from ..niti.quantize import quantize, quantize_weight
 from ..niti.rescale import EXACT, SITE_FIELDS
@@ -26,6 +32,7 @@ from ..niti.update import BIAS_FRACTION_BITS
 from .batch_norm_folding import BATCH_NORMS
 from .graph import TrainingModule
 from .niti_graph import Parameter, rewrite_step
+from .niti_values import Part
 
 INT32_LIMIT = 2**31 - 1
 
@@ -138,56 +145,105 @@ def niti_training_module(tm: TrainingModule, model, example_input, mode: int,
         ("buffers other than a BatchNorm's running statistics", any(
             not s.is_parameter and s.name.rpartition(".")[0] not in norms
             for s in tm.graph.state)),
-        ("part of a layer's channels (SparseUpdate(channels=...)): train whole layers",
-         bool(tm.channel_splits)),
-        ("micro-batches", tm.micro_batches > 1),
         ("random masks (Dropout)", bool(tm.graph.random_masks))) if bad]
     if refused:
         raise UnsupportedOpError(f"precision='int8' does not train {'; '.join(refused)} yet")
-    ints = integer_state(model, example_input,
-                         {s.name: s.value for s in tm.graph.state if s.is_parameter}, channels)
+    parts = _parts(tm.channel_splits)
+    ints = integer_state(model, example_input, _whole_parameters(tm.graph, parts), channels)
+    for name, (weight, rows) in parts.items():  # a part: its rows, the weight's exponent
+        ints[name] = (ints[weight][0][rows], ints[weight][1])
     if norms:
         for owner, (mean, var, e_mean, e_var) in running_statistics(model,
                                                                     example_input).items():
             ints[f"{owner}.running_mean"] = (mean.astype(np.int32), e_mean)
             ints[f"{owner}.running_var"] = (var.astype(np.int32), e_var)
-    counts = {s.name: s.value for s in tm.graph.state if s.name.endswith(COUNTS)}
-
-    def parameters(graph) -> dict[str, Parameter]:
-        out = {}
-        for s in graph.state:
-            var = graph.state_vars[s.name]
-            if s.name in counts:
-                out[var.name] = Parameter(s.name, _var(var.name, counts[s.name]), None)
-                continue
-            values, e = ints[s.name]
-            e = np.atleast_1d(np.int32(e))
-            out[var.name] = Parameter(s.name, _var(var.name, values),
-                                      _var(var.name + "_exponent", e),
-                                      0 if e.size > 1 else None)
-        return out
-
-    main, sites = rewrite_step(tm.mod["main"], "main", parameters(tm.graph), mode, max_interval)
+    state = _IntegerState(ints, {s.name: s.value for s in tm.graph.state
+                                 if s.name.endswith(COUNTS)}, parts)
+    main, sites = rewrite_step(tm.mod["main"], "main", state.parameters(tm.graph), mode,
+                               max_interval, gradient_exponents=tm.micro_batches > 1)
     predict, _ = rewrite_step(tm.mod["predict"], "predict",
-                              parameters(tm.predict_graph), EXACT,
+                              state.parameters(tm.predict_graph), EXACT,
                               sites=len(sites))
-    state = []
-    for s in tm.graph.state:
-        if s.name in counts:
-            state.append(s)
-            continue
-        values, e = ints[s.name]
-        state.append(dataclasses.replace(s, value=values))
-        state.append(StateTensor(f"{s.name}.exponent", np.atleast_1d(np.int32(e)), False,
-                                 False))
     site_names = [f"niti.site{i}" for i in range(len(sites))]
-    state += [StateTensor(n, np.zeros(SITE_FIELDS, np.int32), False, False)
-              for n in site_names]
     mod = tvm.IRModule({"main": main, "predict": predict})
     return dataclasses.replace(
-        tm, mod=mod, graph=_with_state(tm.graph, state, main),
-        predict_graph=_with_state(tm.predict_graph, state, predict),
+        tm, mod=mod, graph=_with_state(tm.graph, state.tensors(tm.graph, site_names), main),
+        predict_graph=_with_state(tm.predict_graph, state.tensors(tm.predict_graph,
+                                                                  site_names), predict),
         buffer_updates=[*tm.buffer_updates, *site_names])
+
+
+@dataclasses.dataclass
+class _IntegerState:
+    """The integer state of one graph's functions: `ints` {name: (values, exponent)},
+    `counts` {name: a BatchNorm's step count}, `parts` {part name: (weight, rows)}. The
+    training graph holds a split weight as its parts, predict's as the weight; either way
+    the weight has one exponent."""
+
+    ints: dict
+    counts: dict
+    parts: dict
+
+    def parameters(self, graph) -> dict[str, Parameter]:
+        """By the float function's parameter names, their integer forms."""
+        out, exponents = {}, {}  # the parts of a split weight share its exponent's var
+        for s in graph.state:
+            var = graph.state_vars[s.name]
+            if s.name in self.counts:
+                out[var.name] = Parameter(s.name, _var(var.name, self.counts[s.name]), None)
+                continue
+            values, e = self.ints[s.name]
+            e = np.atleast_1d(np.int32(e))
+            owner, rows = self.parts.get(s.name, (s.name, None))
+            if owner not in exponents:
+                exponents[owner] = _var(c_name(owner) + "_exponent", e)
+            out[var.name] = Parameter(s.name, _var(var.name, values), exponents[owner],
+                                      0 if e.size > 1 else None,
+                                      Part(owner, rows.start) if rows else None)
+        return out
+
+    def tensors(self, graph, site_names) -> list[StateTensor]:
+        """As the rewritten function takes them (niti_graph.py state_params): each
+        parameter's values, then its exponent once (a split weight's after its first part),
+        then the rescale sites."""
+        out, placed = [], set()
+        for s in graph.state:
+            if s.name in self.counts:
+                out.append(s)
+                continue
+            values, e = self.ints[s.name]
+            out.append(dataclasses.replace(s, value=values))
+            owner = self.parts.get(s.name, (s.name,))[0]
+            if owner not in placed:
+                placed.add(owner)
+                out.append(StateTensor(f"{owner}.exponent", np.atleast_1d(np.int32(e)), False,
+                                       False))
+        return out + [StateTensor(n, np.zeros(SITE_FIELDS, np.int32), False, False)
+                      for n in site_names]
+
+
+def _parts(splits) -> dict[str, tuple[str, slice]]:
+    """{part name: (its weight's name, its rows)} of the weights split by channels."""
+    out = {}
+    for split in (s for s in splits if s.partial):
+        out[split.trained_name] = (split.param, slice(0, split.trained))
+        out[split.frozen_name] = (split.param, slice(split.trained, split.channels))
+    return out
+
+
+def _whole_parameters(graph, parts) -> dict[str, np.ndarray]:
+    """The float parameters, each split weight whole again: it is quantized as one tensor,
+    as the unsplit layer's would be."""
+    out = {}
+    for s in (s for s in graph.state if s.is_parameter):
+        owner, rows = parts.get(s.name, (s.name, None))
+        if rows is None:
+            out[s.name] = s.value
+        elif rows.start == 0:  # the trained part comes first, the frozen one right after
+            out[owner] = s.value
+        else:
+            out[owner] = np.concatenate([out[owner], s.value])
+    return out
 
 
 def _var(name, values):

@@ -4,6 +4,7 @@ niti_batch_norm_rules.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,6 +16,7 @@ from ..errors import UnsupportedOpError
 from ..niti.pooling import AVERAGE_BITS, reciprocal
 from ..ops import niti
 from .niti_batch_norm_rules import Centered, Spread, batch_norm_eval, multiply, sqrt, subtract
+from .niti_part_rules import add_parts, concat_parts, is_part, product
 from .niti_values import (
     INT8,
     INT32,
@@ -31,16 +33,17 @@ if TYPE_CHECKING:
     from .niti_graph import Rewriter
 
 
-def _at_coarsest(rw: Rewriter, weight, channels: int, total, exponents, axis: int
-                 ) -> Accumulator:
+def _at_coarsest(rw: Rewriter, weight, channels: int, total, exponents, axis: int):
     """A product by a weight whose exponents per channel it kept (its channel axis
     `channels` was the product's `axis`) brought to the coarsest one
-    (niti/channel_exponents.py); any other product as it is."""
+    (niti/channel_exponents.py); any other product as it is. A product by a part of a split
+    weight is a `PartProduct` (niti_part_rules.py)."""
     if not (isinstance(weight, Parameter) and weight.channel_axis == channels):
-        return Accumulator(total, exponents)
-    out = rw.emit(niti.to_coarsest(total, weight.e, axis))
-    return Accumulator(rw.emit(relax.TupleGetItem(out, 0)),
-                       [*exponents[:-1], rw.emit(relax.TupleGetItem(out, 1))])
+        return product(weight, Accumulator(total, exponents))
+    out = rw.emit(niti.to_coarsest(total, weight.e, axis, weight.part.start if weight.part
+                                   else 0))
+    return product(weight, Accumulator(rw.emit(relax.TupleGetItem(out, 0)),
+                                       [*exponents[:-1], rw.emit(relax.TupleGetItem(out, 1))]))
 
 
 def _conv2d(rw: Rewriter, call, name):
@@ -55,12 +58,13 @@ def _conv2d(rw: Rewriter, call, name):
 
 def _conv2d_transpose(rw: Rewriter, call, name):
     a = call.attrs
+    weight = rw.env[call.args[1]]
     x, ex = rw.operand(rw.env[call.args[0]], name)
-    w, ew = rw.operand(rw.env[call.args[1]], name)
+    w, ew = rw.operand(weight, name)
     total = rw.emit(R.nn.conv2d_transpose(x, w, a.strides, a.padding, a.output_padding,
                                           a.dilation, a.groups, a.data_layout, a.kernel_layout,
                                           a.out_layout, out_dtype=INT32))
-    return Accumulator(total, ex + ew)
+    return product(weight, Accumulator(total, ex + ew))
 
 
 def _matmul(rw: Rewriter, call, name):
@@ -98,8 +102,8 @@ def _same_on_values(make):
     def rule(rw: Rewriter, call, name):
         value = rw.env[call.args[0]]
         if isinstance(value, Parameter):
-            return Parameter(value.name, rw.emit(make(value.var, call)), value.e,
-                             _moved_axis(value.channel_axis, call))
+            return dataclasses.replace(value, var=rw.emit(make(value.var, call)),
+                                       channel_axis=_moved_axis(value.channel_axis, call))
         if isinstance(value, Accumulator) and call.op.name in KEEPS_SUM:
             return Accumulator(rw.emit(make(value.total, call)), value.exponents,
                                value.error_sum, (value, lambda x: make(x, call)))
@@ -117,6 +121,13 @@ def _add(rw: Rewriter, call, name):
         if isinstance(var, Parameter):
             return Spread(var)
     a, b = (rw.env[x] for x in call.args)
+    if is_part(a) or is_part(b):  # the input error of a layer split by channels
+        return add_parts(rw, a, b, lambda x, y: _aligned_add(rw, x, y, name), name)
+    return _aligned_add(rw, a, b, name)
+
+
+def _aligned_add(rw: Rewriter, a, b, name):
+    """Two integer forms added: an accumulator and a bias aligned, anything else as int8."""
     if isinstance(b, Accumulator) and isinstance(a, Parameter):
         a, b = b, a
     if isinstance(a, Accumulator) and isinstance(b, Parameter):  # a bias
@@ -135,7 +146,10 @@ def _add(rw: Rewriter, call, name):
 def _concat(rw: Rewriter, call, name):
     tensors = call.args[0]
     fields = tensors.fields if isinstance(tensors, relax.Tuple) else rw.env[tensors]
-    parts = [rw.quantized(rw.env.get(f, f), name) for f in fields]
+    values = [rw.env.get(f, f) for f in fields]
+    if any(is_part(v) for v in values):  # a layer split by channels: its products
+        return concat_parts(rw, values, int(call.attrs.axis) % len(shape_of(call)), name)
+    parts = [rw.quantized(v, name) for v in values]
     axis = int(call.attrs.axis) % len(shape_of(parts[0].q))
     out = rw.emit(niti.align_concat([(p.q, p.e) for p in parts], axis))
     return Accumulator(rw.emit(relax.TupleGetItem(out, 0)),

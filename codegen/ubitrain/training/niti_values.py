@@ -25,6 +25,15 @@ class Accumulator:
     view: tuple | None = None  # (accumulator, make): a reshape of it, narrowed as it is
 
 
+@dataclass(frozen=True)
+class Part:
+    """Which rows of a weight split by output channels (training/channel_split.py) a
+    parameter holds: from `start`, of the weight `weight`, whose exponent it shares."""
+
+    weight: str
+    start: int
+
+
 @dataclass
 class Parameter:
     name: str
@@ -32,6 +41,25 @@ class Parameter:
     e: relax.Var | None  # None: a count (BatchNorm's num_batches_tracked), no exponent
     channel_axis: int | None = None  # the axis of `var` whose channels have an exponent
     # each (e of shape [C]; niti/channel_exponents.py); None: one exponent
+    part: Part | None = None  # a part of a split weight: `e` is the whole weight's
+
+
+@dataclass
+class PartProduct:
+    """A conv or matmul by a part of a split weight: an int32 sum at the whole weight's
+    exponent, that only its other parts' products complete (niti_part_rules.py)."""
+
+    acc: Accumulator
+    part: Part
+
+
+@dataclass
+class PendingSum:
+    """An error plus the first part's product of a split layer, waiting for its other
+    part's (niti_part_rules.py)."""
+
+    other: object  # the integer form the layer's input error is added to
+    product: PartProduct
 
 
 @dataclass

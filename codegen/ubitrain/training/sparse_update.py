@@ -10,6 +10,10 @@ layer is a module that owns parameters, in the model's parameter order (the orde
 Gradient pass is asked only for the selected parameters, so the backward pass of everything
 else is pruned: weight gradients that nobody updates are never computed, and activations
 that only those gradients needed are not kept.
+
+With precision="int8" the same selection holds; a layer trained by channels keeps one
+quantization for its trained and frozen rows and computes the unsplit layer's step, only
+its first rows taking NITI's update (docs/int8.md, "Training part of a layer's channels").
 """
 
 from __future__ import annotations
