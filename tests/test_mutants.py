@@ -143,26 +143,18 @@ def test_a_shared_first_step_run_is_the_run_it_replaces():
 
 
 def test_a_mutant_within_float32s_own_error_is_told_apart_from_a_miss():
-    """tools/mutants/run.py within_spread: a mutant whose every number stays within float32
-    PyTorch's own error of the C as generated's (each check's spread, no headroom) is one no
-    referee comparing with float32 could catch; one number beyond it anywhere (here the second
-    step's change of the weight) and it is a miss. Step 2 is judged as a change from step 1,
-    so a difference carried from step 1 is not counted twice."""
-    from tools.mutants.run import within_spread
-    from ubitrain.fidelity.referee import Check, Verdict
+    """tools/mutants/run.py effect: a C no further from float64 than float32 PyTorch on any
+    check (error / spread at most 1; a check within its rounding floor counts 0) is one no
+    referee comparing with float32 could call wrong; otherwise the ratio says by how much,
+    and where: within the 8x headroom, or a hole."""
+    from tools.mutants.run import effect
+    from ubitrain.fidelity.referee import SPREAD_FACTOR, Check, Verdict
 
-    def verdict(w1, w2, loss=1.0, prediction=0.5):
-        trajectory = [(loss, {"w": np.array([w1, 2.0])}, {}),
-                      (loss, {"w": np.array([w2, 2.0])}, {})]
-        return Verdict("match", trajectory=trajectory, prediction=np.array([prediction]))
+    def check(error, spread, floor=1e-7, name="w"):
+        return Check(1, name, error, spread, SPREAD_FACTOR * spread + floor)
 
-    spread = 1e-2  # float32 PyTorch's error on w's change, relative to its scale 0.1
-    checks = [Check(k, name, 0.0, spread, 8 * spread, scale=scale)
-              for k in (1, 2) for name, scale in (("loss", 1.0), ("w", 0.1))]
-    base = verdict(1.1, 1.2)
-    base.checks = checks + [Check(0, "predict", 0.0, spread, 8 * spread, scale=1.0)]
-    assert within_spread(base, verdict(1.1 + 5e-4, 1.2 + 5e-4))  # step 2's change: the same
-    assert within_spread(base, verdict(1.1 + 5e-4, 1.2 + 1.4e-3))  # its change: 9e-4 more
-    assert not within_spread(base, verdict(1.1 + 5e-4, 1.2 + 2e-3))  # 1.5e-3 > 1e-3
-    assert not within_spread(base, verdict(1.1 + 2e-3, 1.2 + 2e-3))  # step 1: 2e-3
-    assert not within_spread(base, verdict(1.1, 1.2, prediction=0.52))
+    assert effect(Verdict("match", [check(1e-3, 2e-3), check(5e-8, 0.0, name="b")])) == (
+        0.5, "step 1 w")  # b within its rounding floor
+    assert effect(Verdict("match", [check(1e-3, 2e-3), check(6e-3, 2e-3, name="b")])) == (
+        3.0, "step 1 b")  # within the headroom: a miss by design
+    assert effect(Verdict("match", [check(2e-7, 0.0)]))[0] == float("inf")

@@ -16,7 +16,7 @@ import numpy as np
 import ubitrain.api as ub_api
 from ubitrain.errors import RuntimeStatusError
 from ubitrain.fidelity.kinks import FLOAT32_EPS
-from ubitrain.fidelity.referee import FLOOR, SQUARED_STATES, _excused, judge, referee
+from ubitrain.fidelity.referee import FLOOR, SPREAD_FACTOR, _excused, judge, referee
 from ubitrain.fidelity.sides import ForwardCapture
 from ubitrain.package import Package
 from ubitrain.pipeline import CallTrace
@@ -38,8 +38,8 @@ class MutantResult:
     # reads is bit for bit the C as generated's: the defect changes nothing on this data),
     # "below rounding" (not caught, and every such number within the referee's rounding
     # floor of the C as generated's: `within_rounding`), "below float32's error" (not
-    # caught, and every such number within float32 PyTorch's own error on it of the C as
-    # generated's: `within_spread`), "not exercised", or "error" (anything else went wrong)
+    # caught, and every number as close to float64 as float32 PyTorch's: `effect`), "not
+    # exercised", or "error" (anything else went wrong)
     status: str
     summary: str = ""
 
@@ -191,57 +191,25 @@ def within_rounding(a, b) -> bool:
     return close(a.prediction, b.prediction)
 
 
-def within_spread(a, b) -> bool:
-    """Whether every number verdict `b`'s C computed differs from verdict `a`'s (the C as
-    generated, a match) by no more than float32 PyTorch's own error on it (`a`'s check's
-    spread, measured with no headroom): what no referee that compares with float32 PyTorch can
-    tell apart. (A defect scaling a gradient by 1.01 where float32 itself computes it only
-    to 1%: mobilenet_v2 at batch 1, whose last BatchNorms normalise four nearly equal
-    values.)"""
-    return effect(a, b)[0] <= 1.0
+def effect(verdict) -> tuple[float, str]:
+    """How far verdict's C is from float64, in units of float32 PyTorch's own error: the
+    largest error / spread over its checks (a check within its rounding floor counts 0; inf:
+    a number float32 computes exactly, the C not), and which. At most 1: the C is as close to
+    float64 as float32 PyTorch everywhere, so no referee comparing with float32 could call
+    it wrong; from 1 to SPREAD_FACTOR: a miss within the referee's headroom; beyond: a hole.
+    (A defect scaling a gradient by 1.01 where float32 itself computes it to 1%: mobilenet_v2
+    at batch 1, whose last BatchNorms normalise four nearly equal values.) Each step is
+    judged from the C's own state, as the referee judges it: comparing a mutant's numbers
+    with the C as generated's would count, at step 2, how far rounding-sensitive channels
+    drift apart from two different states."""
+    def ratio(c) -> float:
+        floor = c.tolerance - SPREAD_FACTOR * c.spread
+        if c.error <= floor:
+            return 0.0
+        return c.error / c.spread if c.spread > 0 else float("inf")
 
-
-def effect(a, b) -> tuple[float, str]:
-    """How far verdict `b`'s C moved from verdict `a`'s, in units of float32 PyTorch's own
-    error (`a`'s spread of each check): the largest ratio over every number, and where (inf:
-    a number float32 computes exactly, or one `b` lacks). A step's numbers are compared as
-    changes from the step before, as the referee does, so that a difference carried from an
-    earlier step is not counted twice."""
-    checks = {(c.step, c.name): c for c in a.checks}
-    if len(a.trajectory) != len(b.trajectory) or a.prediction is None or b.prediction is None:
-        return float("inf"), "the trajectory"
-    ratios = []
-
-    def measure(step, name, x, y):
-        check = checks.get((step, name))
-        d = float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)),
-                         initial=0.0))
-        floor = 0.0 if check is None else check.spread * check.scale
-        ratio = 0.0 if d == 0 else d / floor if floor > 0 else float("inf")
-        ratios.append((ratio, f"step {step} {name}"))
-
-    before = None
-    for step, (ra, rb) in enumerate(zip(a.trajectory, b.trajectory), 1):
-        measure(step, "loss", ra[0], rb[0])
-        for part in (1, 2):
-            for name, va in ra[part].items():
-                if name not in rb[part]:
-                    return float("inf"), f"step {step} {name}"
-                measure(step, name, *_change(va, rb[part][name], name, before and (
-                    before[0][part][name], before[1][part][name])))
-        before = ra, rb
-    measure(0, "predict", a.prediction, b.prediction)
-    return max(ratios)
-
-
-def _change(va, vb, name: str, previous):
-    """`va` and `vb` as the referee judges them: square roots of a squared optimizer state,
-    each less its own value of the step before (`previous`, None at step 1)."""
-    judged = (lambda v: np.sqrt(np.maximum(np.asarray(v, np.float64), 0.0))) \
-        if name.rsplit(".", 1)[-1] in SQUARED_STATES else (lambda v: np.asarray(v, np.float64))
-    if previous is None:
-        return judged(va), judged(vb)
-    return judged(va) - judged(previous[0]), judged(vb) - judged(previous[1])
+    return max(((ratio(c), f"step {c.step} {c.name}") for c in verdict.checks),
+               default=(0.0, "no check"))
 
 
 # A large model's kernels are in model_kernels_<n>.c besides model.c (its train step): a
@@ -329,11 +297,11 @@ def judge_mutants(mutants, model, batches, optimizer, out_dir, loss: str = "cros
                         status = "unchanged"
                     elif within_rounding(baseline, verdict):
                         status = "below rounding"
-                    elif within_spread(baseline, verdict):
+                    elif effect(verdict)[0] <= 1.0:
                         status = "below float32's error"
                     else:  # a miss: by how much float32's own error it was missed
-                        summary += ("\n  moved the C by {:.2f}x float32 PyTorch's own error "
-                                    "at most ({})").format(*effect(baseline, verdict))
+                        summary += ("\n  the C is {:.2f}x float32 PyTorch's own error from "
+                                    "float64 at most ({})").format(*effect(verdict))
         except RuntimeStatusError as err:  # a C that stops is a C told apart
             status, summary = "stops", str(err)[:400]
         except Exception as err:  # noqa: BLE001 - said in the result
