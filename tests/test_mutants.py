@@ -144,9 +144,10 @@ def test_a_shared_first_step_run_is_the_run_it_replaces():
 
 def test_a_mutant_within_float32s_own_error_is_told_apart_from_a_miss():
     """tools/mutants/run.py effect: a C no further from float64 than float32 PyTorch on any
-    check (error / spread at most 1; a check within its rounding floor counts 0) is one no
-    referee comparing with float32 could call wrong; otherwise the ratio says by how much,
-    and where: within the 8x headroom, or a hole."""
+    check (error / spread at most 1; a check within its rounding floor counts 0), or than the
+    C as generated where that is further, is one no referee comparing with float32 could
+    call wrong; otherwise the ratio says by how much, and where: within the 8x headroom, or
+    a hole."""
     from tools.mutants.run import effect
     from ubitrain.fidelity.referee import SPREAD_FACTOR, Check, Verdict
 
@@ -158,3 +159,9 @@ def test_a_mutant_within_float32s_own_error_is_told_apart_from_a_miss():
     assert effect(Verdict("match", [check(1e-3, 2e-3), check(6e-3, 2e-3, name="b")])) == (
         3.0, "step 1 b")  # within the headroom: a miss by design
     assert effect(Verdict("match", [check(2e-7, 0.0)]))[0] == float("inf")
+    # measured beyond the C as generated where it is itself further than float32
+    base = Verdict("match", [check(1e-3, 2e-3), check(5e-3, 2e-3, name="b")])
+    assert effect(Verdict("match", [check(1e-3, 2e-3), check(6e-3, 2e-3, name="b")]),
+                  base) == (1.2, "step 1 b")
+    assert effect(Verdict("match", [check(3e-3, 2e-3), check(4e-3, 2e-3, name="b")]),
+                  base) == (1.5, "step 1 w")

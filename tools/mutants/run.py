@@ -38,7 +38,8 @@ class MutantResult:
     # reads is bit for bit the C as generated's: the defect changes nothing on this data),
     # "below rounding" (not caught, and every such number within the referee's rounding
     # floor of the C as generated's: `within_rounding`), "below float32's error" (not
-    # caught, and every number as close to float64 as float32 PyTorch's: `effect`), "not
+    # caught, and every number as close to float64 as float32 PyTorch's or the C as
+    # generated's: `effect`), "not
     # exercised", or "error" (anything else went wrong)
     status: str
     summary: str = ""
@@ -191,25 +192,29 @@ def within_rounding(a, b) -> bool:
     return close(a.prediction, b.prediction)
 
 
-def effect(verdict) -> tuple[float, str]:
+def effect(verdict, baseline=None) -> tuple[float, str]:
     """How far verdict's C is from float64, in units of float32 PyTorch's own error: the
     largest error / spread over its checks (a check within its rounding floor counts 0; inf:
-    a number float32 computes exactly, the C not), and which. At most 1: the C is as close to
-    float64 as float32 PyTorch everywhere, so no referee comparing with float32 could call
-    it wrong; from 1 to SPREAD_FACTOR: a miss within the referee's headroom; beyond: a hole.
-    (A defect scaling a gradient by 1.01 where float32 itself computes it to 1%: mobilenet_v2
-    at batch 1, whose last BatchNorms normalise four nearly equal values.) Each step is
-    judged from the C's own state, as the referee judges it: comparing a mutant's numbers
-    with the C as generated's would count, at step 2, how far rounding-sensitive channels
-    drift apart from two different states."""
-    def ratio(c) -> float:
-        floor = c.tolerance - SPREAD_FACTOR * c.spread
-        if c.error <= floor:
-            return 0.0
-        return c.error / c.spread if c.spread > 0 else float("inf")
+    a number float32 computes exactly, the C not), and which. With `baseline` (the C as
+    generated, a match), each check's ratio is taken over that C's own where it is above 1:
+    a defect is measured beyond what the C as generated already is. At most 1: no number is
+    further from float64 than float32 PyTorch's or the C as generated's is, so no referee
+    comparing with float32 could call it wrong; from 1 to SPREAD_FACTOR: a miss within the
+    referee's headroom; beyond: a hole. (A defect scaling a gradient by 1.01 where float32
+    itself computes it to 1%: mobilenet_v2 at batch 1, whose last BatchNorms normalise four
+    nearly equal values.) Each step is judged from the C's own state, as the referee judges
+    it: comparing a mutant's numbers with the C as generated's would count, at step 2, how
+    far rounding-sensitive channels drift apart from two different states."""
+    own = {} if baseline is None else {(c.step, c.name): _ratio(c) for c in baseline.checks}
+    return max(((_ratio(c) / max(1.0, own.get((c.step, c.name), 0.0)),
+                 f"step {c.step} {c.name}") for c in verdict.checks), default=(0.0, "no check"))
 
-    return max(((ratio(c), f"step {c.step} {c.name}") for c in verdict.checks),
-               default=(0.0, "no check"))
+
+def _ratio(check) -> float:
+    """A check's error / spread; 0 within its rounding floor."""
+    if check.error <= check.tolerance - SPREAD_FACTOR * check.spread:
+        return 0.0
+    return check.error / check.spread if check.spread > 0 else float("inf")
 
 
 # A large model's kernels are in model_kernels_<n>.c besides model.c (its train step): a
@@ -297,11 +302,12 @@ def judge_mutants(mutants, model, batches, optimizer, out_dir, loss: str = "cros
                         status = "unchanged"
                     elif within_rounding(baseline, verdict):
                         status = "below rounding"
-                    elif effect(verdict)[0] <= 1.0:
+                    elif effect(verdict, baseline)[0] <= 1.0:
                         status = "below float32's error"
                     else:  # a miss: by how much float32's own error it was missed
-                        summary += ("\n  the C is {:.2f}x float32 PyTorch's own error from "
-                                    "float64 at most ({})").format(*effect(verdict))
+                        summary += ("\n  the C is {:.2f}x float32 PyTorch's own error (or "
+                                    "the C as generated's) from float64 at most ({})"
+                                    ).format(*effect(verdict, baseline))
         except RuntimeStatusError as err:  # a C that stops is a C told apart
             status, summary = "stops", str(err)[:400]
         except Exception as err:  # noqa: BLE001 - said in the result
