@@ -13,7 +13,9 @@ Per model and batch, first the C as generated ("baseline": it must match, or the
 nothing), then each mutant's outcome: caught ("mismatch", or "stops": the C returned an
 error status), missed ("match", "near kink"), not caught because no referee could ("same":
 every number the referee reads bit for bit the baseline's; "rounding": within its rounding
-floor; "f32 error": within float32 PyTorch's own error on each number, no headroom), or "-" (the model has nothing the defect applies to: not exercised). Then the kill
+floor; "f32 error": no number further from float64 than float32 PyTorch's, or the
+baseline's, without headroom), or "-" (the model has nothing the defect applies to: not
+exercised); a miss says how far it is, in units of float32's own error. Then the kill
 rate per mutant and per model, over the runs that exercised it. Step 1's PyTorch runs are
 shared by a model's mutants, and a mutant caught at step 1 is not run further
 (tools/mutants/run.py; `--every-step` runs it through every step). A real model trains with

@@ -39,8 +39,7 @@ class MutantResult:
     # "below rounding" (not caught, and every such number within the referee's rounding
     # floor of the C as generated's: `within_rounding`), "below float32's error" (not
     # caught, and every number as close to float64 as float32 PyTorch's or the C as
-    # generated's: `effect`), "not
-    # exercised", or "error" (anything else went wrong)
+    # generated's: `effect`), "not exercised", or "error" (anything else went wrong)
     status: str
     summary: str = ""
 

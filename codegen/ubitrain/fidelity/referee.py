@@ -87,7 +87,6 @@ class Check:
     # moves when they take other sides (the largest over FLIP_PATTERNS; inf where an op's
     # side cannot be forced): what a kink may excuse (`_excused`)
     kink_effect: float = 0.0
-    scale: float = 1.0  # what `error` and `spread` are relative to: max |float64's change|
 
     @property
     def ok(self) -> bool:
@@ -150,7 +149,7 @@ def compare(name, step, got, exact, rounded: list, base=None, forward=False) -> 
     scale = max(float(np.max(np.abs(want), initial=0.0)), 1e-300)
     if not np.issubdtype(np.asarray(got).dtype, np.floating):  # counters: exactly
         error = float(np.any(np.asarray(got) != exact))
-        return Check(step, name, error, 0.0, 0.0, forward, scale=scale)
+        return Check(step, name, error, 0.0, 0.0, forward)
 
     def err(x):
         d = np.abs((np.asarray(x, np.float64) - base) - want)
@@ -162,8 +161,7 @@ def compare(name, step, got, exact, rounded: list, base=None, forward=False) -> 
     values = max(float(np.max(np.abs(exact), initial=0.0)), float(np.max(np.abs(base),
                                                                         initial=0.0)))
     floor = FLOOR * FLOAT32_EPS * max(values / scale, 1.0)
-    return Check(step, name, err(got), spread, SPREAD_FACTOR * spread + floor, forward,
-                 scale=scale)
+    return Check(step, name, err(got), spread, SPREAD_FACTOR * spread + floor, forward)
 
 
 def _not_finite_where(f32, f64) -> bool:
