@@ -37,14 +37,19 @@ def spread_residual():
     return model
 
 
-@pytest.mark.parametrize("exponents", ["tensor", "channel"])
-def test_a_fraction_of_channels_trains_as_the_numpy_reference(exponents, tmp_path):
+@pytest.mark.parametrize("exponents,micro_batches",
+                         [("tensor", 1), ("channel", 1), ("channel", 2)])
+def test_a_fraction_of_channels_trains_as_the_numpy_reference(exponents, micro_batches,
+                                                              tmp_path):
+    """(With micro-batches too: the parts' int32 gradients summed over them as a whole
+    weight's, docs/int8.md "Micro-batches".)"""
     warnings.simplefilter("ignore")
     model, batches = spread_residual(), int8_batches(STEPS)
     config = ub.NITI(mu=(5, 4), milestones=(2,), weight_exponents=exponents)
     pkg = ub.compile(copy.deepcopy(model), (batches[0][0],), batches[0][1], precision="int8",
-                     optimizer=config, trainable=RULE, out_dir=tmp_path / "net",
-                     progress=False)
+                     optimizer=config, trainable=RULE, micro_batches=micro_batches,
+                     out_dir=tmp_path / "net", progress=False)
+    assert pkg.memory_plan.micro_batches == micro_batches
     assert pkg.trainable == ["stem.bias", "body.weight[0:2]", "body.bias", "head.weight[0:3]",
                              "head.bias"]
     grads = [s.shape for s in pkg.programs["train_step"].slots() if s.kind == "gradient"]
