@@ -83,9 +83,9 @@ def _match(tensors: list[np.ndarray], t: torch.Tensor) -> int | None:
                     for i, c in enumerate(tensors) if c.size == want.size)
     if not errors:
         return None
-    (best, i), runner_up = errors[0], errors[1][0] if len(errors) > 1 else float("inf")
+    (best, minus_index), runner_up = errors[0], errors[1][0] if len(errors) > 1 else np.inf
     if best <= MATCH or (best <= LOOSE_MATCH and runner_up >= SEPARATION * best):
-        return -i
+        return -minus_index
     return None
 
 
