@@ -1,26 +1,7 @@
-"""What the fleet's tests share (test_fleet.py, test_fleet_int8.py, test_fleet_faults.py): the
-digits demo's data split, a compiled project copied elsewhere, trained beside its original,
-and one Flower run with processes of its own at a time across pytest-xdist's workers."""
-
-import fcntl
-import functools
-import tempfile
-from pathlib import Path
+"""What the fleet's tests share (test_fleet.py, test_fleet_int8.py): the digits demo's data
+split, and a compiled project copied elsewhere, trained beside its original."""
 
 import numpy as np
-
-
-def one_fleet_at_a_time(func):
-    """`func` (a test or fixture that runs Flower in processes of its own: the deployment
-    engine's SuperLink and SuperNodes, `ubitrain fleet` interrupted) holding a lock that the
-    other worker's such runs wait on. The interrupted run never exited after Ctrl-C in three
-    full-suite runs (while another worker ran the fleet's tests) and always did alone."""
-    @functools.wraps(func)
-    def locked(*args, **kwargs):
-        with open(Path(tempfile.gettempdir()) / "ubitrain-fleet-tests.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            return func(*args, **kwargs)  # the lock goes with the file
-    return locked
 
 
 def digits_shards(clients, seed=0):

@@ -4,7 +4,7 @@ simulated run whose aggregation is redone with plain PyTorch FedAvg, bit for bit
 import numpy as np
 import pytest
 import torch
-from fleet_harness import copied_project, digits_shards, one_fleet_at_a_time, same_training
+from fleet_harness import copied_project, digits_shards, same_training
 
 import ubitrain as ub
 from ubitrain.fleet.data import label_split
@@ -234,7 +234,6 @@ def test_a_sparse_update_sends_the_trained_parameters_and_the_buffers(tmp_path):
     assert "features.0.weight" not in names and "classifier.weight" in names
 
 
-@one_fleet_at_a_time
 def test_the_deployment_engine_runs_rounds_with_supernode_processes(tmp_path):
     """A SuperLink, two SuperNode processes (one drives a Cortex-M4 board under QEMU) and
     `flwr run`; the host client's process is killed in round 2: that round merges the board's

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fleet_harness import digits_shards, one_fleet_at_a_time
+from fleet_harness import digits_shards
 
 import ubitrain as ub
 from ubitrain.zoo import DigitsCNN
@@ -203,7 +203,6 @@ def _listening_addresses(pids: list[int]) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-@one_fleet_at_a_time
 def interrupted_run(tmp_path_factory):
     """`ubitrain fleet --strategy fedadam --sparse` in its own process group, rounds enough
     to outlast the test; in round 2: its processes and their listening sockets, then a

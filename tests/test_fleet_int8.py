@@ -6,7 +6,7 @@ elsewhere."""
 import numpy as np
 import pytest
 import torch
-from fleet_harness import copied_project, digits_shards, one_fleet_at_a_time, same_training
+from fleet_harness import copied_project, digits_shards, same_training
 
 import ubitrain as ub
 
@@ -226,7 +226,6 @@ def test_int8_fleet_refuses_sgd_options():
         main(["fleet", "--precision", "int8", "--lr", "0.1", "--momentum", "0"])
 
 
-@one_fleet_at_a_time
 def test_int8_clients_under_the_deployment_engine(tmp_path):
     """The same int8 apps on real SuperNode processes: the global model stays int8 at the
     initial exponents, and its NITI step count is what the fleet ran."""
