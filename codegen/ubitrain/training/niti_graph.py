@@ -145,7 +145,9 @@ class Rewriter:
         return q.q, [q.e]
 
     # ---- the walk --------------------------------------------------------------------------
-    def outputs(self):
+    def outputs(self, exponents: bool = False):
+        """(loss, the moved buffers, [(int32 gradient, its exponent)]); the exponents of the
+        products' sums are emitted only when asked (micro-batches add them up)."""
         body = self.func.body.body  # (loss, (adjoints...))
         fields = body.fields if isinstance(body, relax.Tuple) else None
         if fields is None:
@@ -164,7 +166,7 @@ class Rewriter:
             elif isinstance(value, Accumulator) and (value.error_sum or len(shape_of(value.total))
                                                    > 1):
                 # a weight's (products) or a bias's (error sum)
-                grads.append((value.total, self.exponent_of(value)))
+                grads.append((value.total, self.exponent_of(value) if exponents else None))
             elif isinstance(value, (Accumulator, Quantized)) and len(shape_of(
                     value.total if isinstance(value, Accumulator) else value.q)) == 1:
                 # a bias's gradient whose sum Relax left out (one term: batch 1, one pixel):
@@ -275,7 +277,7 @@ def rewrite_step(func: relax.Function, name: str, parameters: dict[str, Paramete
                 logits = rw.quantized(rw.env[func.body.body], "the output")
                 result = bb.emit_output(niti.dequantize(logits.q, logits.e))
             else:
-                loss, buffers, grads = rw.outputs()
+                loss, buffers, grads = rw.outputs(gradient_exponents)
                 # with micro-batches each gradient goes with its exponent, to be added to the
                 # others' at one exponent (program/niti_micro_batch.py); alone, NITI's update
                 # does not read it
