@@ -64,7 +64,7 @@ def compare_with_reference(trainer, model, batches, config, first_step: int = 0,
     rows = trained_rows(model, trainable)  # a weight trained by channels: its first rows
     out = NitiComparison()
     parts = sorted(n for n in trained if "[" in n)
-    if parts != sorted(f"{n}[0:{k}]" for n, k in rows.items()):
+    if parts != sorted(f"{n}[0:{count}]" for n, count in rows.items()):
         out.differences.append(f"the compile trains the parts {parts}; the reference the first "
                                f"rows {rows}")
         return out

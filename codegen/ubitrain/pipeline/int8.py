@@ -144,11 +144,9 @@ def fit_memory_budget(unit):
         unit, unit.train, unit.plan = fit_micro_batched(
             unit, unit.lower, r.memory_budget, r.target, r.batch, r.micro_batches,
             coupled=True, splittable=one_batch_dimension(r.example_inputs, r.labels))
-    model = unit.request.model
-    integer = unit.request.optimizer.batch_norm == "integer" and isinstance(
-        model, torch.nn.Module)
+    integer = r.optimizer.batch_norm == "integer" and isinstance(r.model, torch.nn.Module)
     warn_integer_micro_batches(unit.micro_batches, r.batch,
-                               batch_norms(model) if integer else [])
+                               batch_norms(r.model) if integer else [])
     return unit
 
 

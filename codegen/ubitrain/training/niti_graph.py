@@ -137,8 +137,8 @@ class Rewriter:
             if value.channel_axis != 0:
                 raise UnsupportedOpError(f"precision='int8': {where} reads {value.name} "
                                          "moved off its output-channel axis")
-            start = value.part.start if value.part else 0  # a part: e is the whole's
-            out = self.emit(niti.weight_at_coarsest(value.var, value.e, start))
+            # a part's rows read the whole weight's exponents from its first row on
+            out = self.emit(niti.weight_at_coarsest(value.var, value.e, value.start))
             return self.emit(relax.TupleGetItem(out, 0)), [
                 self.emit(relax.TupleGetItem(out, 1))]
         q = self.quantized(value, where)

@@ -40,8 +40,7 @@ def _at_coarsest(rw: Rewriter, weight, channels: int, total, exponents, axis: in
     weight is a `PartProduct` (niti_part_rules.py)."""
     if not (isinstance(weight, Parameter) and weight.channel_axis == channels):
         return product(weight, Accumulator(total, exponents))
-    out = rw.emit(niti.to_coarsest(total, weight.e, axis, weight.part.start if weight.part
-                                   else 0))
+    out = rw.emit(niti.to_coarsest(total, weight.e, axis, weight.start))
     return product(weight, Accumulator(rw.emit(relax.TupleGetItem(out, 0)),
                                        [*exponents[:-1], rw.emit(relax.TupleGetItem(out, 1))]))
 

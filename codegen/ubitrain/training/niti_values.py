@@ -43,6 +43,11 @@ class Parameter:
     # each (e of shape [C]; niti/channel_exponents.py); None: one exponent
     part: Part | None = None  # a part of a split weight: `e` is the whole weight's
 
+    @property
+    def start(self) -> int:
+        """The whole weight's row this parameter's first row is (0 unless a part)."""
+        return self.part.start if self.part else 0
+
 
 @dataclass
 class PartProduct:
